@@ -1,0 +1,15 @@
+/** @type {import('jest').Config} */
+module.exports = {
+  testEnvironment: 'node',
+  rootDir: '.',
+  roots: ['<rootDir>/test'],
+  testRegex: '.*\\.(spec|e2e-spec)\\.ts$',
+  transform: { '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json', isolatedModules: true }] },
+  moduleFileExtensions: ['ts', 'js', 'json'],
+  moduleNameMapper: {
+    '^nestjs-outbox$': '<rootDir>/lib/index.ts',
+    '^nestjs-outbox/testing$': '<rootDir>/lib/testing/index.ts',
+  },
+  testTimeout: 30000,
+  setupFiles: ['reflect-metadata'],
+};

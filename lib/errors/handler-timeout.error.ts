@@ -1,0 +1,11 @@
+import { OutboxError } from './outbox.error';
+
+/** A handler ran longer than its timeout; counted as a failed attempt (SPEC §2.8). */
+export class HandlerTimeoutError extends OutboxError {
+  constructor(
+    readonly handler: string,
+    readonly timeoutMs: number,
+  ) {
+    super(`Handler ${handler} timed out after ${timeoutMs} ms`);
+  }
+}

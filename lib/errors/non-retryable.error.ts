@@ -1,0 +1,11 @@
+import { OutboxError } from './outbox.error';
+
+/** Throw from a handler to dead-letter the delivery at once with reason `rejected` (SPEC §2.8). */
+export class NonRetryableError extends OutboxError {
+  constructor(
+    message: string,
+    readonly cause?: unknown,
+  ) {
+    super(message);
+  }
+}

@@ -1,0 +1,108 @@
+import type { OutboxStore } from './outbox-store.interface';
+import type { TypeOrmStoreOptions } from '../stores/typeorm/typeorm-store.options';
+import type { RedisStoreOptions } from '../stores/redis/redis-store.options';
+
+/** In-process store for unit tests and single-process experiments. */
+export interface MemoryStoreOptions {
+  type: 'memory';
+  /** The memory store refuses `NODE_ENV=production` unless this is true. @default false */
+  allowInProduction?: boolean;
+  /** Store clock, injectable for tests. @default () => new Date() */
+  clock?: () => Date;
+}
+
+/** Bring your own `OutboxStore` implementation (check it with the contract suite). */
+export interface CustomStoreOptions {
+  type: 'custom';
+  store: OutboxStore;
+}
+
+export type OutboxStoreOptions =
+  | MemoryStoreOptions
+  | CustomStoreOptions
+  | TypeOrmStoreOptions
+  | RedisStoreOptions;
+
+export interface BackoffOptions {
+  /** Delay after the first failed attempt. @default 1000 */
+  initialMs?: number;
+  /** Multiplier per further attempt. @default 2 */
+  factor?: number;
+  /** Cap on the delay. @default 300000 (5 min) */
+  maxMs?: number;
+  /** Random spread as a fraction of the delay (0–1): delay × (1 ± jitter). @default 0.2 */
+  jitter?: number;
+}
+
+export interface OutboxDispatcherOptions {
+  /** Run the dispatcher in this process. API-only processes set false. @default true */
+  enabled?: boolean;
+  /** Stable unique worker id. @default `${hostname}-${pid}-${random}` */
+  workerId?: string;
+  /** Milliseconds between polls when idle. @default 500 */
+  pollInterval?: number;
+  /** Maximum deliveries claimed per poll. @default 50 */
+  batchSize?: number;
+  /** Maximum handlers running at once in this process. @default 10 */
+  concurrency?: number;
+  /** Lease length; renewed every leaseMs/3 while a handler runs. @default 30000 */
+  leaseMs?: number;
+  /** A handler running longer fails its attempt and its signal aborts. @default 60000 */
+  handlerTimeoutMs?: number;
+  /** Attempts before a delivery is dead-lettered with reason `exhausted`. @default 10 */
+  maxAttempts?: number;
+  backoff?: BackoffOptions;
+  /** How long shutdown waits for in-flight handlers. @default 10000 */
+  shutdownTimeoutMs?: number;
+  /** Back-off after a store error: starts here, doubles, capped at `storeErrorMaxBackoffMs`. @default 1000 */
+  storeErrorBackoffMs?: number;
+  /** @default 30000 */
+  storeErrorMaxBackoffMs?: number;
+}
+
+/** Validation limits of SPEC §2.15. */
+export interface OutboxLimits {
+  /** @default 255 */
+  typeMaxLength: number;
+  /** @default 512 */
+  keyMaxLength: number;
+  /** Serialized JSON payload size in bytes. @default 1048576 (1 MiB) */
+  payloadMaxBytes: number;
+  /** @default 64 */
+  headersMaxCount: number;
+  /** @default 128 */
+  headerNameMaxLength: number;
+  /** @default 1024 */
+  headerValueMaxLength: number;
+  /** Stored error text per failure. @default 4096 */
+  errorMaxLength: number;
+  /** Events per `append()` call. @default 1000 */
+  appendMaxEvents: number;
+}
+
+export interface OutboxRetentionOptions {
+  /** Keep fully delivered events this long. @default 86400000 (1 day) */
+  deliveredMs?: number;
+  /** Keep dead letters this long; `null` keeps them until purged. @default 2592000000 (30 days) */
+  deadLetterMs?: number | null;
+  /** How often the cleanup job runs (in dispatcher processes). 0 disables it. @default 60000 */
+  cleanupIntervalMs?: number;
+  /** Rows deleted per kind per run. @default 1000 */
+  batchSize?: number;
+}
+
+export interface OutboxModuleOptions {
+  /** Which store persists events. */
+  store: OutboxStoreOptions;
+  dispatcher?: OutboxDispatcherOptions;
+  limits?: Partial<OutboxLimits>;
+  retention?: OutboxRetentionOptions;
+}
+
+/** Options after defaults are applied and validated. */
+export interface ResolvedOutboxOptions {
+  store: OutboxStoreOptions;
+  dispatcher: Required<Omit<OutboxDispatcherOptions, 'backoff'>> & { backoff: Required<BackoffOptions> };
+  limits: OutboxLimits;
+  retention: Required<OutboxRetentionOptions>;
+}

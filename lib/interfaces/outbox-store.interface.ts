@@ -1,0 +1,185 @@
+import { OutboxEvent, OutboxHeaders } from './outbox-event.interface';
+
+/** A validated event plus the handler names it must be delivered to. */
+export interface AppendableEvent {
+  id: string;
+  type: string;
+  payload: unknown;
+  key: string | null;
+  headers: OutboxHeaders;
+  occurredAt: Date;
+  /** `null` means "now" by the store clock. */
+  availableAt: Date | null;
+  /**
+   * Handlers registered for `type` in the appending process. Empty: the store writes one
+   * unexpanded delivery, expanded by the first worker that claims with handlers for the type.
+   */
+  handlers: string[];
+}
+
+export interface StoreAppendOptions {
+  /** A transaction handle (TypeORM `EntityManager` / `QueryRunner`) for stores that support it. */
+  manager?: unknown;
+}
+
+/** The handlers a worker runs, each with the event types it subscribes to. */
+export interface HandlerSubscription {
+  name: string;
+  types: string[];
+}
+
+export interface ClaimRequest {
+  workerId: string;
+  handlers: HandlerSubscription[];
+  /** Maximum deliveries to claim. */
+  limit: number;
+  leaseMs: number;
+}
+
+/** A worker's time-limited claim on a delivery (SPEC §1). */
+export interface Lease {
+  deliveryId: string;
+  owner: string;
+  token: string;
+  leaseUntil: Date;
+}
+
+export interface ClaimedDelivery {
+  /** Delivery id (UUID). */
+  id: string;
+  handler: string;
+  /** 1-based number of this attempt (counts claims, including those lost to a crash). */
+  attempt: number;
+  event: OutboxEvent;
+  lease: Lease;
+}
+
+/** One recorded failure of a delivery. */
+export interface DeliveryError {
+  name: string;
+  message: string;
+  at: Date;
+  attempt: number;
+  workerId: string;
+}
+
+/** A failure as the dispatcher reports it; the store stamps the time with its own clock. */
+export type DeliveryErrorInput = Omit<DeliveryError, 'at'>;
+
+export type DeadLetterReason = 'rejected' | 'exhausted';
+
+export interface DeadLetter {
+  /** Delivery id (UUID). */
+  id: string;
+  eventId: string;
+  type: string;
+  key: string | null;
+  handler: string;
+  payload: unknown;
+  headers: OutboxHeaders;
+  occurredAt: Date;
+  attempts: number;
+  reason: DeadLetterReason;
+  /** Most recent last; at most `OUTBOX_ERROR_HISTORY` entries. */
+  errors: DeliveryError[];
+  deadAt: Date;
+}
+
+export interface DeadLetterFilter {
+  type?: string;
+  handler?: string;
+  key?: string;
+  /** Dead-lettered strictly before this time. */
+  failedBefore?: Date;
+  /** Dead-lettered at or after this time. */
+  failedAfter?: Date;
+}
+
+/** Which dead letters a bulk action touches. An empty filter matches every dead letter. */
+export type DeadLetterSelector = { ids: string[] } | { filter: DeadLetterFilter };
+
+export interface DeadLetterPageQuery extends DeadLetterFilter {
+  limit: number;
+  /** Opaque cursor from the previous page's `nextCursor`. */
+  cursor?: string;
+}
+
+export interface DeadLetterPage {
+  items: DeadLetter[];
+  /** `null` when this is the last page. */
+  nextCursor: string | null;
+}
+
+export interface DeadLetterSummaryRow {
+  type: string;
+  handler: string;
+  errorName: string;
+  /** Last error message with numbers and ids masked, so similar failures group together. */
+  fingerprint: string;
+  count: number;
+}
+
+export interface TypeStats {
+  pending: number;
+  leased: number;
+  dead: number;
+}
+
+export interface OutboxStoreStats {
+  /** Deliveries waiting (due now or scheduled for retry / later), including unexpanded ones. */
+  pending: number;
+  /** Pending deliveries whose time has come. */
+  due: number;
+  /** Deliveries under a live or expired lease. */
+  leased: number;
+  dead: number;
+  /** Age of the oldest due pending delivery, by the store clock; 0 when none. */
+  oldestPendingAgeMs: number;
+  byType: Record<string, TypeStats>;
+}
+
+export interface CleanupOptions {
+  /** Delete events whose deliveries all completed longer ago than this. */
+  deliveredRetentionMs: number;
+  /** Delete dead letters older than this; `null` keeps them. */
+  deadLetterRetentionMs: number | null;
+  /** Maximum rows removed per kind in one call (bounded batches). */
+  batchSize: number;
+}
+
+export interface CleanupResult {
+  events: number;
+  deadLetters: number;
+}
+
+/**
+ * Persistence of events and deliveries. Every store passes the contract suite in
+ * `nestjs-outbox/testing`. Lease operations throw `LeaseLostError` unless the caller still owns
+ * the live lease (SPEC §2.4). Times come from the store clock (SPEC §2.5).
+ */
+export interface OutboxStore {
+  append(events: AppendableEvent[], options?: StoreAppendOptions): Promise<OutboxEvent[]>;
+  claim(request: ClaimRequest): Promise<ClaimedDelivery[]>;
+  renew(lease: Lease, leaseMs: number): Promise<Lease>;
+  ack(lease: Lease): Promise<void>;
+  retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void>;
+  deadLetter(lease: Lease, reason: DeadLetterReason, error: DeliveryErrorInput): Promise<void>;
+  /** Give a claimed but unstarted delivery back; the attempt does not count. */
+  release(lease: Lease): Promise<void>;
+
+  listDeadLetters(query: DeadLetterPageQuery): Promise<DeadLetterPage>;
+  getDeadLetter(id: string): Promise<DeadLetter | null>;
+  summarizeDeadLetters(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]>;
+  /** Back to pending with attempts reset; returns how many were replayed. */
+  replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number>;
+  purge(selector: DeadLetterSelector): Promise<number>;
+
+  stats(): Promise<OutboxStoreStats>;
+  cleanup(options: CleanupOptions): Promise<CleanupResult>;
+  /** The store clock. */
+  now(): Promise<Date>;
+  /** Prepare storage if the store does that itself (no-op otherwise). */
+  init?(): Promise<void>;
+  /** Close what the store opened itself. */
+  close?(): Promise<void>;
+}

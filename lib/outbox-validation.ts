@@ -1,0 +1,96 @@
+import { randomUUID } from 'node:crypto';
+import { OutboxValidationError } from './errors/outbox-validation.error';
+import { OutboxEventInput } from './interfaces/outbox-event.interface';
+import { OutboxLimits } from './interfaces/outbox-module-options.interface';
+import { AppendableEvent } from './interfaces/outbox-store.interface';
+
+const TYPE_PATTERN = /^[A-Za-z0-9._:-]+$/;
+const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
+
+export function isUuid(value: unknown): value is string {
+  return typeof value === 'string' && UUID_PATTERN.test(value);
+}
+
+function toDate(field: string, value: unknown): Date | null {
+  if (value === undefined || value === null) return null;
+  const date = value instanceof Date ? value : typeof value === 'string' ? new Date(value) : null;
+  if (!date || Number.isNaN(date.getTime())) {
+    throw new OutboxValidationError(field, 'expected a Date or an ISO-8601 string');
+  }
+  return date;
+}
+
+/**
+ * Checks one event against the limits of SPEC §2.15 and normalizes it. `path` prefixes field
+ * names in errors (`events[3]`), so the caller learns exactly which value to fix.
+ */
+export function validateEvent(
+  input: OutboxEventInput,
+  limits: OutboxLimits,
+  path: string,
+): Omit<AppendableEvent, 'handlers'> {
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    throw new OutboxValidationError(path, 'expected an event object { type, payload, ... }');
+  }
+  const { id, type, payload, key, headers } = input;
+  if (id !== undefined && !isUuid(id)) {
+    throw new OutboxValidationError(`${path}.id`, 'expected a UUID (or omit it to have one generated)');
+  }
+  if (typeof type !== 'string' || type.length < 1 || type.length > limits.typeMaxLength || !TYPE_PATTERN.test(type)) {
+    throw new OutboxValidationError(
+      `${path}.type`,
+      `expected 1–${limits.typeMaxLength} characters of [A-Za-z0-9._:-], got ${JSON.stringify(type)?.slice(0, 80)}`,
+    );
+  }
+  if (key !== undefined && key !== null && (typeof key !== 'string' || key.length < 1 || key.length > limits.keyMaxLength)) {
+    throw new OutboxValidationError(`${path}.key`, `expected a string of 1–${limits.keyMaxLength} characters or null`);
+  }
+  if (payload === undefined) {
+    throw new OutboxValidationError(`${path}.payload`, 'is required (use null for an empty payload)');
+  }
+  let serialized: string | undefined;
+  try {
+    serialized = JSON.stringify(payload);
+  } catch (error) {
+    throw new OutboxValidationError(`${path}.payload`, `is not JSON-serializable: ${(error as Error).message}`);
+  }
+  if (serialized === undefined) {
+    throw new OutboxValidationError(`${path}.payload`, 'is not JSON-serializable');
+  }
+  const bytes = Buffer.byteLength(serialized, 'utf8');
+  if (bytes > limits.payloadMaxBytes) {
+    throw new OutboxValidationError(
+      `${path}.payload`,
+      `serializes to ${bytes} bytes, over the limit of ${limits.payloadMaxBytes} (limits.payloadMaxBytes)`,
+    );
+  }
+  const normalizedHeaders: Record<string, string> = {};
+  if (headers !== undefined && headers !== null) {
+    if (typeof headers !== 'object' || Array.isArray(headers)) {
+      throw new OutboxValidationError(`${path}.headers`, 'expected an object of string values');
+    }
+    const entries = Object.entries(headers);
+    if (entries.length > limits.headersMaxCount) {
+      throw new OutboxValidationError(`${path}.headers`, `has ${entries.length} entries, over the limit of ${limits.headersMaxCount}`);
+    }
+    for (const [name, value] of entries) {
+      if (name.length < 1 || name.length > limits.headerNameMaxLength) {
+        throw new OutboxValidationError(`${path}.headers`, `header name "${name.slice(0, 40)}" must be 1–${limits.headerNameMaxLength} characters`);
+      }
+      if (typeof value !== 'string' || value.length > limits.headerValueMaxLength) {
+        throw new OutboxValidationError(`${path}.headers.${name}`, `expected a string of at most ${limits.headerValueMaxLength} characters`);
+      }
+      normalizedHeaders[name] = value;
+    }
+  }
+  return {
+    id: id ?? randomUUID(),
+    type,
+    // Round-trip through JSON so what is stored is exactly what handlers will read back.
+    payload: JSON.parse(serialized),
+    key: key ?? null,
+    headers: normalizedHeaders,
+    occurredAt: toDate(`${path}.occurredAt`, input.occurredAt) ?? new Date(),
+    availableAt: toDate(`${path}.availableAt`, input.availableAt),
+  };
+}

@@ -1,0 +1,63 @@
+import { OutboxValidationError } from '../errors/outbox-validation.error';
+import { OutboxHeaders } from '../interfaces/outbox-event.interface';
+import { DeadLetterFilter } from '../interfaces/outbox-store.interface';
+
+/** JSON with object keys sorted, so equal values serialize equally whatever their key order. */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => {
+    if (v && typeof v === 'object' && !Array.isArray(v)) {
+      return Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+    }
+    return v;
+  });
+}
+
+/** What SPEC §2.10 compares when an id is appended again. */
+export interface EventContent {
+  type: string;
+  key: string | null;
+  headers: OutboxHeaders;
+  payload: unknown;
+}
+
+export function sameEventContent(a: EventContent, b: EventContent): boolean {
+  return (
+    a.type === b.type &&
+    (a.key ?? null) === (b.key ?? null) &&
+    canonicalJson(a.headers ?? {}) === canonicalJson(b.headers ?? {}) &&
+    canonicalJson(a.payload) === canonicalJson(b.payload)
+  );
+}
+
+/** Masks ids and numbers so "order 123 not found" and "order 456 not found" group together. */
+export function errorFingerprint(message: string): string {
+  return message
+    .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi, '<id>')
+    .replace(/\d+(\.\d+)?/g, '<n>')
+    .slice(0, 200);
+}
+
+/** Keyset cursor over dead letters ordered by (deadAt, id). */
+export interface DeadLetterCursor {
+  deadAt: Date;
+  id: string;
+}
+
+export function encodeCursor(cursor: DeadLetterCursor): string {
+  return Buffer.from(`${cursor.deadAt.toISOString()}|${cursor.id}`, 'utf8').toString('base64url');
+}
+
+export function decodeCursor(cursor: string): DeadLetterCursor {
+  const text = Buffer.from(cursor, 'base64url').toString('utf8');
+  const [at, id] = text.split('|');
+  const deadAt = new Date(at ?? '');
+  if (!id || Number.isNaN(deadAt.getTime())) {
+    throw new OutboxValidationError('cursor', 'is not a cursor returned by a previous page');
+  }
+  return { deadAt, id };
+}
+
+/** True when a filter has no criteria, i.e. matches every dead letter. */
+export function isMatchAll(filter: DeadLetterFilter): boolean {
+  return Object.values(filter).every((v) => v === undefined);
+}

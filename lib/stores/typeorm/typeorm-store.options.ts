@@ -1,0 +1,14 @@
+/** PostgreSQL, MySQL/MariaDB or SQLite through a TypeORM DataSource. */
+export interface TypeOrmStoreOptions {
+  type: 'typeorm';
+  /** The TypeORM `DataSource` whose transactions events join. */
+  dataSource?: unknown;
+  /** Injection token of the DataSource (e.g. from `@nestjs/typeorm`'s `getDataSourceToken()`). */
+  dataSourceToken?: string | symbol | (abstract new (...args: any[]) => unknown);
+  /** Prefix of the outbox tables. @default 'outbox_' */
+  tablePrefix?: string;
+  /** PostgreSQL schema of the outbox tables. @default the connection's search path */
+  schema?: string;
+  /** Create the tables at bootstrap if missing. @default false in production, true otherwise */
+  ensureSchema?: boolean;
+}

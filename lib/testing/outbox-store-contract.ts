@@ -1,0 +1,510 @@
+import { randomUUID } from 'node:crypto';
+import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
+import { DuplicateEventError } from '../errors/duplicate-event.error';
+import { LeaseLostError } from '../errors/lease-lost.error';
+import {
+  AppendableEvent,
+  ClaimedDelivery,
+  HandlerSubscription,
+  OutboxStore,
+} from '../interfaces/outbox-store.interface';
+
+/** What a contract-suite factory returns for each test: a fresh, empty store. */
+export interface OutboxStoreContractContext {
+  store: OutboxStore;
+  /**
+   * Lets store time pass. Stores with an injectable clock move it; stores that read a server clock
+   * leave this out and the suite sleeps (it keeps such waits short).
+   */
+  advance?: (ms: number) => Promise<void>;
+  /** Called after each test (close connections, drop data). */
+  teardown?: () => Promise<void>;
+}
+
+export interface OutboxStoreContractOptions {
+  /** Lease length used by the suite; keep it short for real-clock stores. @default 400 */
+  leaseMs?: number;
+  /** Claimers racing in the concurrency test. @default 8 */
+  concurrentClaimers?: number;
+  /** Events in the concurrency test. @default 400 */
+  concurrentEvents?: number;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Registers the shared store contract (every store-level guarantee of SPEC §2) as a jest
+ * `describe` block. Run it against your own `OutboxStore` to check it behaves like ours.
+ */
+export function describeOutboxStoreContract(
+  name: string,
+  factory: () => Promise<OutboxStoreContractContext>,
+  options: OutboxStoreContractOptions = {},
+): void {
+  const leaseMs = options.leaseMs ?? 400;
+
+  describe(`OutboxStore contract: ${name}`, () => {
+    let ctx: OutboxStoreContractContext;
+    let store: OutboxStore;
+    const advance = (ms: number) => (ctx.advance ? ctx.advance(ms) : sleep(ms));
+
+    beforeEach(async () => {
+      ctx = await factory();
+      store = ctx.store;
+    });
+    afterEach(async () => {
+      await ctx?.teardown?.();
+    });
+
+    const A: HandlerSubscription = { name: 'A.handle', types: ['t.one', 't.two'] };
+    const B: HandlerSubscription = { name: 'B.handle', types: ['t.one'] };
+
+    function event(overrides: Partial<AppendableEvent> = {}): AppendableEvent {
+      return {
+        id: randomUUID(),
+        type: 't.one',
+        payload: { n: 1 },
+        key: null,
+        headers: {},
+        occurredAt: new Date('2026-01-01T00:00:00.000Z'),
+        availableAt: null,
+        handlers: ['A.handle', 'B.handle'],
+        ...overrides,
+      };
+    }
+
+    const claim = (handlers: HandlerSubscription[], limit = 100, workerId = 'w1', lease = leaseMs) =>
+      store.claim({ workerId, handlers, limit, leaseMs: lease });
+
+    const err = (attempt: number, message = 'boom') => ({ name: 'Error', message, attempt, workerId: 'w1' });
+
+    async function ackAll(claimed: ClaimedDelivery[]) {
+      for (const c of claimed) await store.ack(c.lease);
+    }
+
+    describe('append', () => {
+      it('stores events and returns them with ids, payload and headers unchanged', async () => {
+        const payload = { text: 'héllo wörld — 日本語 🎉', nested: { list: [1, 2.5, null, true], empty: {} } };
+        const e = event({ payload, key: 'k-1', headers: { traceparent: '00-abc', tenant: 't1' } });
+        const [stored] = await store.append([e]);
+        expect(stored.id).toBe(e.id);
+        expect(stored.payload).toEqual(payload);
+        expect(stored.availableAt).toBeInstanceOf(Date);
+        const claimed = await claim([A]);
+        expect(claimed).toHaveLength(1);
+        expect(claimed[0].event).toMatchObject({ id: e.id, type: 't.one', key: 'k-1', payload, headers: e.headers });
+        expect(claimed[0].event.occurredAt.toISOString()).toBe('2026-01-01T00:00:00.000Z');
+      });
+
+      it('round-trips JSON payloads of every shape', async () => {
+        const payloads = [null, 0, -1.5, 'text', true, [], [1, 'two'], { a: { b: { c: [{}] } } }];
+        const events = payloads.map((payload) => event({ payload, handlers: ['A.handle'] }));
+        await store.append(events);
+        const claimed = await claim([A]);
+        const byId = new Map(claimed.map((c) => [c.event.id, c.event.payload]));
+        events.forEach((e) => expect(byId.get(e.id)).toEqual(e.payload));
+      });
+
+      it('is a no-op for an id appended again with identical content', async () => {
+        const e = event({ payload: { a: 1, b: 2 } });
+        await store.append([e]);
+        const again = await store.append([{ ...e, payload: { b: 2, a: 1 } }]);
+        expect(again[0].id).toBe(e.id);
+        expect(await claim([A, B])).toHaveLength(2);
+      });
+
+      it('refuses an id appended again with different content and writes nothing of the batch', async () => {
+        const e = event();
+        await store.append([e]);
+        const other = event();
+        await expect(store.append([other, { ...e, payload: { n: 2 } }])).rejects.toBeInstanceOf(DuplicateEventError);
+        const claimed = await claim([A]);
+        expect(claimed.map((c) => c.event.id)).toEqual([e.id]);
+      });
+
+      it('holds an event until its availableAt', async () => {
+        const now = await store.now();
+        await store.append([event({ availableAt: new Date(now.getTime() + leaseMs), handlers: ['A.handle'] })]);
+        expect(await claim([A])).toHaveLength(0);
+        await advance(leaseMs + 50);
+        expect(await claim([A])).toHaveLength(1);
+      });
+    });
+
+    describe('claim', () => {
+      it('claims only the types it has handlers for; others wait and are counted', async () => {
+        await store.append([event({ type: 'other.type', handlers: [] }), event({ type: 't.two', handlers: ['A.handle'] })]);
+        const claimed = await claim([B]);
+        expect(claimed).toHaveLength(0);
+        const mine = await claim([A]);
+        expect(mine.map((c) => c.event.type)).toEqual(['t.two']);
+        const stats = await store.stats();
+        expect(stats.byType['other.type']?.pending).toBe(1);
+      });
+
+      it('creates one delivery per handler; a failing handler never re-runs the other', async () => {
+        await store.append([event()]);
+        const claimed = await claim([A, B]);
+        expect(claimed.map((c) => c.handler).sort()).toEqual(['A.handle', 'B.handle']);
+        const a = claimed.find((c) => c.handler === 'A.handle')!;
+        const b = claimed.find((c) => c.handler === 'B.handle')!;
+        await store.ack(a.lease);
+        await store.retry(b.lease, 0, err(1));
+        const again = await claim([A, B]);
+        expect(again.map((c) => c.handler)).toEqual(['B.handle']);
+        expect(again[0].attempt).toBe(2);
+      });
+
+      it('expands an event appended without known handlers into the claiming worker’s handlers', async () => {
+        const e = event({ handlers: [] });
+        await store.append([e]);
+        const claimed = await claim([A, B]);
+        expect(claimed.map((c) => c.handler).sort()).toEqual(['A.handle', 'B.handle']);
+        expect(new Set(claimed.map((c) => c.id)).size).toBe(2);
+        await ackAll(claimed);
+        expect(await claim([A, B])).toHaveLength(0);
+      });
+
+      it('respects the limit and claims oldest first', async () => {
+        const events = Array.from({ length: 5 }, (_, i) => event({ payload: { i }, handlers: ['A.handle'] }));
+        for (const e of events) await store.append([e]);
+        const first = await claim([A], 3);
+        expect(first.map((c) => c.event.id)).toEqual(events.slice(0, 3).map((e) => e.id));
+        const rest = await claim([A], 3);
+        expect(rest.map((c) => c.event.id)).toEqual(events.slice(3).map((e) => e.id));
+      });
+
+      it('gives each claim a fresh lease owned by the worker', async () => {
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [c] = await claim([A], 1, 'worker-x');
+        expect(c.lease.owner).toBe('worker-x');
+        expect(c.lease.deliveryId).toBe(c.id);
+        expect(c.lease.token).toBeTruthy();
+        const now = await store.now();
+        expect(c.lease.leaseUntil.getTime()).toBeGreaterThan(now.getTime());
+        expect(c.attempt).toBe(1);
+      });
+    });
+
+    describe('fencing and leases', () => {
+      it('refuses ack, retry, deadLetter and renew with a wrong owner or token', async () => {
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [c] = await claim([A]);
+        const forged = [
+          { ...c.lease, token: randomUUID() },
+          { ...c.lease, owner: 'intruder' },
+        ];
+        for (const lease of forged) {
+          await expect(store.ack(lease)).rejects.toBeInstanceOf(LeaseLostError);
+          await expect(store.retry(lease, 0, err(1))).rejects.toBeInstanceOf(LeaseLostError);
+          await expect(store.deadLetter(lease, 'rejected', err(1))).rejects.toBeInstanceOf(LeaseLostError);
+          await expect(store.renew(lease, leaseMs)).rejects.toBeInstanceOf(LeaseLostError);
+          await expect(store.release(lease)).rejects.toBeInstanceOf(LeaseLostError);
+        }
+        await store.ack(c.lease);
+        await expect(store.ack(c.lease)).rejects.toBeInstanceOf(LeaseLostError);
+      });
+
+      it('lets another worker reclaim an expired lease and fences the old owner out', async () => {
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [old] = await claim([A], 10, 'w-old');
+        expect(await claim([A], 10, 'w-new')).toHaveLength(0);
+        await advance(leaseMs + 50);
+        await expect(store.ack(old.lease)).rejects.toBeInstanceOf(LeaseLostError);
+        const [fresh] = await claim([A], 10, 'w-new');
+        expect(fresh.id).toBe(old.id);
+        expect(fresh.attempt).toBe(2);
+        await expect(store.ack(old.lease)).rejects.toBeInstanceOf(LeaseLostError);
+        await expect(store.retry(old.lease, 0, err(1))).rejects.toBeInstanceOf(LeaseLostError);
+        await expect(store.deadLetter(old.lease, 'exhausted', err(1))).rejects.toBeInstanceOf(LeaseLostError);
+        await expect(store.renew(old.lease, leaseMs)).rejects.toBeInstanceOf(LeaseLostError);
+        await store.ack(fresh.lease);
+      });
+
+      it('keeps a renewed lease past its first expiry', async () => {
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [c] = await claim([A], 10, 'w1');
+        await advance(leaseMs / 2);
+        const renewed = await store.renew(c.lease, leaseMs * 2);
+        expect(renewed.leaseUntil.getTime()).toBeGreaterThan(c.lease.leaseUntil.getTime());
+        await advance(leaseMs / 2 + 50);
+        expect(await claim([A], 10, 'w2')).toHaveLength(0);
+        await store.ack(renewed);
+      });
+
+      it('releases an unstarted claim without counting the attempt', async () => {
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [c] = await claim([A]);
+        await store.release(c.lease);
+        const [again] = await claim([A]);
+        expect(again.id).toBe(c.id);
+        expect(again.attempt).toBe(1);
+      });
+
+      it('never hands one delivery to two concurrent claimers', async () => {
+        const claimers = options.concurrentClaimers ?? 8;
+        const total = options.concurrentEvents ?? 400;
+        const events = Array.from({ length: total }, (_, i) =>
+          event({ payload: { i }, handlers: ['A.handle'], key: i % 5 === 0 ? `k${i % 7}` : null }),
+        );
+        for (let i = 0; i < events.length; i += 100) await store.append(events.slice(i, i + 100));
+        const seen = new Map<string, string>();
+        let duplicates = 0;
+        let rounds = 0;
+        while (seen.size < total && rounds++ < 200) {
+          const batches = await Promise.all(
+            Array.from({ length: claimers }, (_, w) => claim([A], 25, `w${w}`, 60_000)),
+          );
+          for (const batch of batches) {
+            for (const c of batch) {
+              if (seen.has(c.id)) duplicates++;
+              seen.set(c.id, c.event.id);
+            }
+          }
+          await Promise.all(batches.flat().map((c) => store.ack(c.lease)));
+        }
+        expect(duplicates).toBe(0);
+        expect(new Set(seen.values()).size).toBe(total);
+      });
+    });
+
+    describe('per-key order', () => {
+      it('holds later events of a key while an earlier one is pending, leased or waiting to retry', async () => {
+        const [e1, e2, e3] = [1, 2, 3].map((n) => event({ key: 'order-1', payload: { n }, handlers: ['A.handle'] }));
+        await store.append([e1]);
+        await store.append([e2, e3]);
+        const other = event({ key: 'order-2', handlers: ['A.handle'] });
+        await store.append([other]);
+        const first = await claim([A]);
+        expect(first.map((c) => c.event.id)).toEqual([e1.id, other.id]);
+        await store.ack(first[1].lease);
+        expect(await claim([A])).toHaveLength(0);
+        await store.retry(first[0].lease, leaseMs, err(1));
+        expect(await claim([A])).toHaveLength(0);
+        await advance(leaseMs + 50);
+        const retried = await claim([A]);
+        expect(retried.map((c) => c.event.id)).toEqual([e1.id]);
+        await store.ack(retried[0].lease);
+        const second = await claim([A]);
+        expect(second.map((c) => c.event.id)).toEqual([e2.id]);
+        await store.ack(second[0].lease);
+        expect((await claim([A])).map((c) => c.event.id)).toEqual([e3.id]);
+      });
+
+      it('orders per handler: one handler’s backlog does not hold another', async () => {
+        const [e1, e2] = [1, 2].map((n) => event({ key: 'k', payload: { n } }));
+        await store.append([e1, e2]);
+        const first = await claim([A, B]);
+        const a1 = first.find((c) => c.handler === 'A.handle')!;
+        const b1 = first.find((c) => c.handler === 'B.handle')!;
+        expect([a1.event.id, b1.event.id]).toEqual([e1.id, e1.id]);
+        await store.ack(b1.lease);
+        const next = await claim([A, B]);
+        expect(next.map((c) => [c.handler, c.event.id])).toEqual([['B.handle', e2.id]]);
+        await store.ack(a1.lease);
+      });
+
+      it('releases the key when the earlier delivery is dead-lettered', async () => {
+        const [e1, e2] = [1, 2].map((n) => event({ key: 'k', payload: { n }, handlers: ['A.handle'] }));
+        await store.append([e1, e2]);
+        const [c1] = await claim([A]);
+        await store.deadLetter(c1.lease, 'rejected', err(1));
+        expect((await claim([A])).map((c) => c.event.id)).toEqual([e2.id]);
+      });
+    });
+
+    describe('retry', () => {
+      it('schedules a retry by the store clock and counts attempts', async () => {
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [c] = await claim([A]);
+        await store.retry(c.lease, leaseMs, err(1));
+        expect(await claim([A])).toHaveLength(0);
+        const stats = await store.stats();
+        expect(stats.pending).toBe(1);
+        expect(stats.due).toBe(0);
+        await advance(leaseMs + 50);
+        const [again] = await claim([A]);
+        expect(again.attempt).toBe(2);
+      });
+    });
+
+    describe('dead letters', () => {
+      async function makeDead(overrides: Partial<AppendableEvent> = {}, handler = A) {
+        const e = event({ handlers: [handler.name], ...overrides });
+        await store.append([e]);
+        const [c] = await claim([handler]);
+        await store.retry(c.lease, 0, err(1, 'first failure'));
+        const [c2] = await claim([handler]);
+        await store.deadLetter(c2.lease, 'exhausted', err(2, 'order 42 not found'));
+        return { event: e, deliveryId: c.id };
+      }
+
+      it('keeps the error history and is never claimed again on its own', async () => {
+        const { event: e, deliveryId } = await makeDead({ key: 'k1', headers: { h: 'v' } });
+        expect(await claim([A])).toHaveLength(0);
+        const dl = await store.getDeadLetter(deliveryId);
+        expect(dl).toMatchObject({
+          id: deliveryId,
+          eventId: e.id,
+          type: 't.one',
+          key: 'k1',
+          handler: 'A.handle',
+          attempts: 2,
+          reason: 'exhausted',
+          payload: e.payload,
+          headers: { h: 'v' },
+        });
+        expect(dl!.errors.map((x) => [x.message, x.attempt])).toEqual([
+          ['first failure', 1],
+          ['order 42 not found', 2],
+        ]);
+        expect(dl!.errors[0].at).toBeInstanceOf(Date);
+        expect(dl!.deadAt).toBeInstanceOf(Date);
+        expect(await store.getDeadLetter(randomUUID())).toBeNull();
+        await advance(leaseMs + 50);
+        expect(await claim([A])).toHaveLength(0);
+        expect((await store.stats()).dead).toBe(1);
+      });
+
+      it('records reason rejected', async () => {
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [c] = await claim([A]);
+        await store.deadLetter(c.lease, 'rejected', { name: 'NonRetryableError', message: 'bad', attempt: 1, workerId: 'w1' });
+        expect(await store.getDeadLetter(c.id)).toMatchObject({ reason: 'rejected', attempts: 1 });
+      });
+
+      it('replays by id with the same event id and attempts reset', async () => {
+        const { event: e, deliveryId } = await makeDead();
+        expect(await store.replay({ ids: [deliveryId] })).toBe(1);
+        expect(await store.getDeadLetter(deliveryId)).toBeNull();
+        const [c] = await claim([A]);
+        expect(c.event.id).toBe(e.id);
+        expect(c.attempt).toBe(1);
+        await store.ack(c.lease);
+        expect(await store.replay({ ids: [deliveryId] })).toBe(0);
+      });
+
+      it('replays by list of ids, ignoring unknown ones', async () => {
+        const d1 = await makeDead();
+        const d2 = await makeDead();
+        const d3 = await makeDead();
+        expect(await store.replay({ ids: [d1.deliveryId, d3.deliveryId, randomUUID()] })).toBe(2);
+        const claimed = await claim([A]);
+        expect(claimed.map((c) => c.event.id).sort()).toEqual([d1.event.id, d3.event.id].sort());
+        expect(await store.getDeadLetter(d2.deliveryId)).not.toBeNull();
+      });
+
+      it('replays by filter: type, handler, key and failedBefore', async () => {
+        const one = await makeDead({ type: 't.one', key: 'x' });
+        const two = await makeDead({ type: 't.two', key: 'y' });
+        const b = await makeDead({ type: 't.one', key: 'z' }, B);
+        expect(await store.replay({ filter: { type: 't.two' } })).toBe(1);
+        expect(await store.getDeadLetter(two.deliveryId)).toBeNull();
+        expect(await store.replay({ filter: { handler: 'B.handle' } })).toBe(1);
+        expect(await store.getDeadLetter(b.deliveryId)).toBeNull();
+        const past = new Date((await store.now()).getTime() - 60_000);
+        expect(await store.replay({ filter: { failedBefore: past } })).toBe(0);
+        expect(await store.replay({ filter: { key: 'x' } })).toBe(1);
+        expect(await store.getDeadLetter(one.deliveryId)).toBeNull();
+      });
+
+      it('replays at a given time', async () => {
+        const { deliveryId } = await makeDead();
+        const at = new Date((await store.now()).getTime() + leaseMs);
+        expect(await store.replay({ ids: [deliveryId] }, at)).toBe(1);
+        expect(await claim([A])).toHaveLength(0);
+        await advance(leaseMs + 50);
+        expect(await claim([A])).toHaveLength(1);
+      });
+
+      it('purges by id and by filter', async () => {
+        const d1 = await makeDead({ type: 't.one' });
+        const d2 = await makeDead({ type: 't.two' });
+        const d3 = await makeDead({ type: 't.two' });
+        expect(await store.purge({ ids: [d1.deliveryId] })).toBe(1);
+        expect(await store.getDeadLetter(d1.deliveryId)).toBeNull();
+        expect(await store.purge({ filter: { type: 't.two' } })).toBe(2);
+        expect(await store.getDeadLetter(d2.deliveryId)).toBeNull();
+        expect(await store.getDeadLetter(d3.deliveryId)).toBeNull();
+        expect((await store.stats()).dead).toBe(0);
+        expect(await store.replay({ filter: {} })).toBe(0);
+      });
+
+      it('pages through dead letters with a keyset cursor, no gaps or repeats', async () => {
+        const ids = new Set<string>();
+        for (let i = 0; i < 23; i++) ids.add((await makeDead({ type: i % 2 ? 't.one' : 't.two' })).deliveryId);
+        const seen: string[] = [];
+        let cursor: string | undefined;
+        let pages = 0;
+        do {
+          const page = await store.listDeadLetters({ limit: 10, cursor });
+          seen.push(...page.items.map((d) => d.id));
+          cursor = page.nextCursor ?? undefined;
+          pages++;
+        } while (cursor && pages < 10);
+        expect(pages).toBe(3);
+        expect(seen).toHaveLength(23);
+        expect(new Set(seen)).toEqual(ids);
+        const filtered = await store.listDeadLetters({ limit: 100, type: 't.one' });
+        expect(filtered.items).toHaveLength(11);
+        expect(filtered.nextCursor).toBeNull();
+        expect(filtered.items.every((d) => d.type === 't.one')).toBe(true);
+      });
+
+      it('summarizes dead letters by type, handler and error fingerprint', async () => {
+        await makeDead({ type: 't.one' });
+        await makeDead({ type: 't.one' });
+        await makeDead({ type: 't.two' });
+        const rows = await store.summarizeDeadLetters({});
+        expect(rows).toEqual(
+          expect.arrayContaining([
+            expect.objectContaining({ type: 't.one', handler: 'A.handle', errorName: 'Error', count: 2 }),
+            expect.objectContaining({ type: 't.two', handler: 'A.handle', count: 1 }),
+          ]),
+        );
+        expect(rows[0].fingerprint).toBe('order <n> not found');
+      });
+    });
+
+    describe('stats and cleanup', () => {
+      it('counts pending, due, leased and dead per type', async () => {
+        await store.append([event({ type: 't.one' }), event({ type: 't.two', handlers: ['A.handle'] })]);
+        let stats = await store.stats();
+        expect(stats).toMatchObject({ pending: 3, due: 3, leased: 0, dead: 0 });
+        expect(stats.byType['t.one']).toEqual({ pending: 2, leased: 0, dead: 0 });
+        const claimed = await claim([A], 1);
+        stats = await store.stats();
+        expect(stats).toMatchObject({ pending: 2, leased: 1 });
+        await store.deadLetter(claimed[0].lease, 'rejected', err(1));
+        stats = await store.stats();
+        expect(stats).toMatchObject({ pending: 2, leased: 0, dead: 1 });
+        expect(stats.oldestPendingAgeMs).toBeGreaterThanOrEqual(0);
+      });
+
+      it('removes delivered events after their retention, in bounded batches', async () => {
+        await store.append([event({ handlers: ['A.handle'] }), event({ handlers: ['A.handle'] }), event()]);
+        await ackAll(await claim([A]));
+        await advance(20);
+        const first = await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: null, batchSize: 1 });
+        expect(first.events).toBe(1);
+        const second = await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: null, batchSize: 10 });
+        // The third event still has B's delivery pending, so it stays.
+        expect(second.events).toBe(1);
+        expect((await store.stats()).pending).toBe(1);
+        expect((await claim([B])).length).toBe(1);
+        const kept = await store.cleanup({ deliveredRetentionMs: 3_600_000, deadLetterRetentionMs: null, batchSize: 10 });
+        expect(kept.events).toBe(0);
+      });
+
+      it('removes dead letters after their retention', async () => {
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [c] = await claim([A]);
+        await store.deadLetter(c.lease, 'rejected', err(1));
+        expect((await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: 3_600_000, batchSize: 10 })).deadLetters).toBe(0);
+        await advance(20);
+        expect((await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: 0, batchSize: 10 })).deadLetters).toBe(1);
+        expect(await store.getDeadLetter(c.id)).toBeNull();
+      });
+    });
+  });
+}
