@@ -12,4 +12,5 @@ module.exports = {
   },
   testTimeout: 30000,
   setupFiles: ['reflect-metadata'],
+  globalSetup: '<rootDir>/test/support/global-setup.ts',
 };

@@ -4,7 +4,7 @@ import { OutboxError } from './outbox.error';
 export class NonRetryableError extends OutboxError {
   constructor(
     message: string,
-    readonly cause?: unknown,
+    override readonly cause?: unknown,
   ) {
     super(message);
   }

@@ -1,0 +1,43 @@
+import { ModuleRef } from '@nestjs/core';
+import { Logger } from '@nestjs/common';
+import { OutboxOptionsError } from '../errors/outbox-options.error';
+import { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
+import { OutboxStore } from '../interfaces/outbox-store.interface';
+import { MemoryOutboxStore } from './memory/memory-outbox.store';
+
+/** What a store factory may use: the resolved options and a way to look up app providers. */
+export interface StoreFactoryContext {
+  options: ResolvedOutboxOptions;
+  moduleRef: ModuleRef;
+  logger: Logger;
+}
+
+/**
+ * Builds the store chosen by `options.store.type`. Stores with optional peers are required lazily
+ * so an app on the memory store never loads typeorm or ioredis.
+ */
+export async function createOutboxStore(ctx: StoreFactoryContext): Promise<OutboxStore> {
+  const store = ctx.options.store;
+  switch (store.type) {
+    case 'memory': {
+      if (process.env.NODE_ENV === 'production' && !store.allowInProduction) {
+        throw new OutboxOptionsError(
+          'store.type',
+          "the memory store loses every event when the process exits and refuses NODE_ENV=production; " +
+            "use a durable store ({ type: 'typeorm' } or { type: 'redis' }) or set store.allowInProduction: true",
+        );
+      }
+      return new MemoryOutboxStore({ clock: store.clock });
+    }
+    case 'custom':
+      return store.store;
+    case 'typeorm': {
+      const { createTypeOrmOutboxStore } = require('./typeorm/typeorm-store.factory') as typeof import('./typeorm/typeorm-store.factory');
+      return createTypeOrmOutboxStore(store, ctx);
+    }
+    case 'redis': {
+      const { createRedisOutboxStore } = require('./redis/redis-store.factory') as typeof import('./redis/redis-store.factory');
+      return createRedisOutboxStore(store, ctx);
+    }
+  }
+}

@@ -1,0 +1,5 @@
+import { probeServices } from './services';
+
+export default async function globalSetup(): Promise<void> {
+  await probeServices();
+}
