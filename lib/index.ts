@@ -1,0 +1,25 @@
+export { OutboxModule } from './outbox.module';
+export { OUTBOX_MODULE_OPTIONS } from './outbox.module-definition';
+export { OutboxService } from './outbox.service';
+export type { AppendOptions } from './outbox.service';
+export { OutboxDispatcher, OutboxShutdownError } from './dispatcher/outbox.dispatcher';
+export type { OutboxDispatcherStats } from './dispatcher/outbox-dispatcher.stats';
+export { OutboxHandler } from './decorators/outbox-handler.decorator';
+export { OutboxHandlerRegistry } from './outbox-handler.registry';
+export {
+  OUTBOX_STORE,
+  OUTBOX_RESOLVED_OPTIONS,
+  OUTBOX_DISPATCHER_INTERVAL,
+  OUTBOX_CLEANUP_INTERVAL,
+  OUTBOX_CONTEXT_TYPE,
+} from './outbox.constants';
+export { resolveOutboxOptions, DEFAULT_LIMITS } from './outbox-options';
+export { MemoryOutboxStore } from './stores/memory/memory-outbox.store';
+export type { MemoryOutboxStoreOptions } from './stores/memory/memory-outbox.store';
+export * from './errors';
+export * from './interfaces/outbox-event.interface';
+export * from './interfaces/outbox-handler.interface';
+export * from './interfaces/outbox-module-options.interface';
+export * from './interfaces/outbox-store.interface';
+export type { TypeOrmStoreOptions } from './stores/typeorm/typeorm-store.options';
+export type { RedisStoreOptions } from './stores/redis/redis-store.options';

@@ -1,0 +1,47 @@
+import { Logger, Module } from '@nestjs/common';
+import { DiscoveryModule, ModuleRef } from '@nestjs/core';
+import { OutboxDispatcher } from './dispatcher/outbox.dispatcher';
+import { OutboxModuleOptions, ResolvedOutboxOptions } from './interfaces/outbox-module-options.interface';
+import { OutboxStore } from './interfaces/outbox-store.interface';
+import { OUTBOX_RESOLVED_OPTIONS, OUTBOX_STORE } from './outbox.constants';
+import { OutboxExplorer } from './outbox.explorer';
+import { OutboxHandlerRegistry } from './outbox-handler.registry';
+import { OutboxMetadataAccessor } from './outbox-metadata.accessor';
+import { OUTBOX_MODULE_OPTIONS, OutboxConfigurableModule } from './outbox.module-definition';
+import { resolveOutboxOptions } from './outbox-options';
+import { OutboxService } from './outbox.service';
+import { OutboxStoreLifecycle } from './outbox-store.lifecycle';
+import { createOutboxStore } from './stores/store.factory';
+
+/**
+ * The outbox: `OutboxModule.forRoot(options)` or `forRootAsync({ imports, inject, useFactory })`.
+ * The dispatcher registers its poll loop in `@nestjs/schedule`, so import `ScheduleModule.forRoot()`
+ * in the app that runs it.
+ */
+@Module({
+  imports: [DiscoveryModule],
+  providers: [
+    {
+      provide: OUTBOX_RESOLVED_OPTIONS,
+      inject: [OUTBOX_MODULE_OPTIONS],
+      useFactory: (options: OutboxModuleOptions) => resolveOutboxOptions(options),
+    },
+    {
+      provide: OUTBOX_STORE,
+      inject: [OUTBOX_RESOLVED_OPTIONS, ModuleRef],
+      useFactory: async (options: ResolvedOutboxOptions, moduleRef: ModuleRef): Promise<OutboxStore> => {
+        const store = await createOutboxStore({ options, moduleRef, logger: new Logger('OutboxStore') });
+        await store.init?.();
+        return store;
+      },
+    },
+    OutboxMetadataAccessor,
+    OutboxHandlerRegistry,
+    OutboxExplorer,
+    OutboxService,
+    OutboxDispatcher,
+    OutboxStoreLifecycle,
+  ],
+  exports: [OutboxService, OutboxDispatcher, OUTBOX_STORE, OUTBOX_RESOLVED_OPTIONS, OutboxHandlerRegistry],
+})
+export class OutboxModule extends OutboxConfigurableModule {}

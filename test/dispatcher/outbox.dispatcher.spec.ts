@@ -1,0 +1,407 @@
+import { Injectable } from '@nestjs/common';
+import {
+  LeaseLostError,
+  MemoryOutboxStore,
+  NonRetryableError,
+  OutboxEvent,
+  OutboxHandler,
+  OutboxHandlerContext,
+  OutboxStore,
+} from 'nestjs-outbox';
+import { createOutboxApp, deferred, TestApp } from '../support/outbox-app';
+
+const tick = (ms: number) => jest.advanceTimersByTimeAsync(ms);
+
+describe('OutboxDispatcher', () => {
+  let t: TestApp | undefined;
+
+  beforeEach(() => {
+    jest.useFakeTimers({ now: new Date('2026-06-01T00:00:00Z'), doNotFake: ['nextTick', 'setImmediate'] });
+  });
+  afterEach(async () => {
+    await t?.app.close();
+    t = undefined;
+    jest.useRealTimers();
+  });
+
+  it('delivers an appended event to its handler with attempt, signal and worker id', async () => {
+    const seen: Array<[OutboxEvent, OutboxHandlerContext]> = [];
+    @Injectable()
+    class H {
+      @OutboxHandler('user.created')
+      handle(event: OutboxEvent, ctx: OutboxHandlerContext) {
+        seen.push([event, ctx]);
+      }
+    }
+    t = await createOutboxApp([H], { dispatcher: { workerId: 'worker-1' } });
+    const stored = await t.outbox.append({ type: 'user.created', payload: { id: 7 }, key: 'u7' });
+    await tick(150);
+    expect(seen).toHaveLength(1);
+    expect(seen[0][0]).toMatchObject({ id: stored.id, type: 'user.created', payload: { id: 7 }, key: 'u7' });
+    expect(seen[0][1]).toMatchObject({ attempt: 1, workerId: 'worker-1', handler: 'H.handle' });
+    expect(seen[0][1].signal.aborted).toBe(false);
+    expect(t.dispatcher.stats()).toMatchObject({ succeeded: 1, failed: 0, inFlight: 0 });
+    expect((await t.store.stats()).pending).toBe(0);
+  });
+
+  it('keeps the lease of a handler running 3× leaseMs and never runs it twice', async () => {
+    const store = new MemoryOutboxStore();
+    const gate = deferred();
+    let runs = 0;
+    @Injectable()
+    class Slow {
+      @OutboxHandler('slow.job')
+      async handle() {
+        runs++;
+        await gate.promise;
+      }
+    }
+    t = await createOutboxApp([Slow], { store, dispatcher: { leaseMs: 1_000, handlerTimeoutMs: 60_000 } });
+    await t.outbox.append({ type: 'slow.job', payload: {} });
+    await tick(150);
+    expect(runs).toBe(1);
+    for (let i = 0; i < 30; i++) {
+      await tick(100);
+      // A rival worker polling the same store finds nothing to take over.
+      expect(await store.claim({ workerId: 'rival', handlers: [{ name: 'Slow.handle', types: ['slow.job'] }], limit: 10, leaseMs: 1_000 })).toEqual([]);
+    }
+    gate.resolve();
+    await tick(150);
+    expect(runs).toBe(1);
+    expect(t.dispatcher.stats()).toMatchObject({ succeeded: 1, leaseLost: 0 });
+  });
+
+  it('retries only the failing handler when two handlers share a type', async () => {
+    const calls = { ok: 0, flaky: 0 };
+    @Injectable()
+    class Two {
+      @OutboxHandler('order.placed')
+      ok() {
+        calls.ok++;
+      }
+      @OutboxHandler('order.placed')
+      flaky() {
+        calls.flaky++;
+        if (calls.flaky < 3) throw new Error('downstream unavailable');
+      }
+    }
+    t = await createOutboxApp([Two]);
+    await t.outbox.append({ type: 'order.placed', payload: {} });
+    await tick(2_000);
+    expect(calls).toEqual({ ok: 1, flaky: 3 });
+    expect(t.dispatcher.stats()).toMatchObject({ succeeded: 2, retried: 2 });
+  });
+
+  it('holds per-key order under retries', async () => {
+    const order: number[] = [];
+    let failuresLeft = 2;
+    @Injectable()
+    class Ordered {
+      @OutboxHandler('acct.changed')
+      handle(event: OutboxEvent<{ n: number }>) {
+        if (event.payload.n === 1 && failuresLeft-- > 0) throw new Error('transient');
+        order.push(event.payload.n);
+      }
+    }
+    t = await createOutboxApp([Ordered], { dispatcher: { concurrency: 5 } });
+    await t.outbox.append([1, 2, 3].map((n) => ({ type: 'acct.changed', payload: { n }, key: 'acct-1' })));
+    await t.outbox.append({ type: 'acct.changed', payload: { n: 99 }, key: 'acct-2' });
+    await tick(3_000);
+    expect(order.filter((n) => n !== 99)).toEqual([1, 2, 3]);
+    expect(order).toContain(99);
+    // The other key was not held up by acct-1's retries.
+    expect(order.indexOf(99)).toBeLessThan(order.indexOf(1));
+  });
+
+  it('dead-letters NonRetryableError at once (rejected) and exhausts retries (exhausted)', async () => {
+    @Injectable()
+    class Failing {
+      @OutboxHandler('bad.input')
+      reject() {
+        throw new NonRetryableError('payload can never be processed');
+      }
+      @OutboxHandler('always.fails', { maxAttempts: 3 })
+      fail() {
+        throw new TypeError('still broken');
+      }
+      @OutboxHandler('picky', { retryIf: (error) => !(error instanceof RangeError) })
+      picky() {
+        throw new RangeError('out of range');
+      }
+    }
+    t = await createOutboxApp([Failing]);
+    await t.outbox.append([
+      { type: 'bad.input', payload: {} },
+      { type: 'always.fails', payload: {} },
+      { type: 'picky', payload: {} },
+    ]);
+    await tick(5_000);
+    const { items } = await t.store.listDeadLetters({ limit: 10 });
+    const byHandler = Object.fromEntries(items.map((d) => [d.handler, d]));
+    expect(byHandler['Failing.reject']).toMatchObject({ reason: 'rejected', attempts: 1 });
+    expect(byHandler['Failing.picky']).toMatchObject({ reason: 'rejected', attempts: 1 });
+    expect(byHandler['Failing.fail']).toMatchObject({ reason: 'exhausted', attempts: 3 });
+    expect(byHandler['Failing.fail'].errors.map((e) => e.name)).toEqual(['TypeError', 'TypeError', 'TypeError']);
+    expect(byHandler['Failing.reject'].errors[0]).toMatchObject({ name: 'NonRetryableError', message: 'payload can never be processed' });
+  });
+
+  it('backs off exponentially between attempts', async () => {
+    const attemptsAt: number[] = [];
+    @Injectable()
+    class Backoff {
+      @OutboxHandler('retry.me', { maxAttempts: 4, backoff: { initialMs: 1_000, factor: 2, jitter: 0 } })
+      handle() {
+        attemptsAt.push(Date.now());
+        throw new Error('nope');
+      }
+    }
+    t = await createOutboxApp([Backoff], { dispatcher: { pollInterval: 50 } });
+    await t.outbox.append({ type: 'retry.me', payload: {} });
+    await tick(10_000);
+    const gaps = attemptsAt.slice(1).map((at, i) => at - attemptsAt[i]);
+    expect(gaps).toHaveLength(3);
+    expect(gaps[0]).toBeGreaterThanOrEqual(1_000);
+    expect(gaps[1]).toBeGreaterThanOrEqual(2_000);
+    expect(gaps[2]).toBeGreaterThanOrEqual(4_000);
+    gaps.forEach((gap, i) => expect(gap).toBeLessThan(1_000 * 2 ** i + 200));
+  });
+
+  it('fails an attempt on handler timeout and aborts the handler signal', async () => {
+    const signals: AbortSignal[] = [];
+    @Injectable()
+    class Hangs {
+      @OutboxHandler('hang', { timeoutMs: 500, maxAttempts: 1 })
+      handle(_e: OutboxEvent, ctx: OutboxHandlerContext) {
+        signals.push(ctx.signal);
+        return new Promise(() => undefined);
+      }
+    }
+    t = await createOutboxApp([Hangs]);
+    await t.outbox.append({ type: 'hang', payload: {} });
+    await tick(800);
+    expect(signals).toHaveLength(1);
+    expect(signals[0].aborted).toBe(true);
+    const { items } = await t.store.listDeadLetters({ limit: 10 });
+    expect(items[0]).toMatchObject({ reason: 'exhausted' });
+    expect(items[0].errors[0]).toMatchObject({ name: 'HandlerTimeoutError' });
+  });
+
+  it('runs at most `concurrency` handlers at once and re-polls at once when a batch was full', async () => {
+    let running = 0;
+    let peak = 0;
+    let done = 0;
+    @Injectable()
+    class Busy {
+      @OutboxHandler('work')
+      async handle() {
+        running++;
+        peak = Math.max(peak, running);
+        await new Promise((r) => setImmediate(r));
+        running--;
+        done++;
+      }
+    }
+    t = await createOutboxApp([Busy], { dispatcher: { concurrency: 3, batchSize: 10, pollInterval: 60_000 } });
+    await t.outbox.append(Array.from({ length: 20 }, (_, i) => ({ type: 'work', payload: { i } })));
+    // No poll interval passes: only the start poll and the immediate re-polls run.
+    await t.dispatcher.drain();
+    expect(done).toBe(20);
+    expect(peak).toBeLessThanOrEqual(3);
+  });
+
+  it('re-polls without waiting for the interval while batches come back full', async () => {
+    let done = 0;
+    @Injectable()
+    class Quick {
+      @OutboxHandler('quick')
+      handle() {
+        done++;
+      }
+    }
+    t = await createOutboxApp([Quick], { dispatcher: { batchSize: 5, concurrency: 5, pollInterval: 60_000 } });
+    await t.outbox.append(Array.from({ length: 23 }, (_, i) => ({ type: 'quick', payload: { i } })));
+    await tick(60_000); // one interval: the first poll finds a full batch and keeps going
+    for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+    expect(done).toBe(23);
+  });
+
+  it('discards the outcome and counts it when the lease is lost', async () => {
+    const store = new MemoryOutboxStore();
+    const gate = deferred();
+    let signal: AbortSignal | undefined;
+    @Injectable()
+    class Victim {
+      @OutboxHandler('victim')
+      async handle(_e: OutboxEvent, ctx: OutboxHandlerContext) {
+        signal = ctx.signal;
+        await gate.promise;
+      }
+    }
+    const renew = jest.spyOn(store, 'renew').mockImplementation(async (lease) => {
+      throw new LeaseLostError(lease.deliveryId, lease.owner);
+    });
+    const ack = jest.spyOn(store, 'ack');
+    t = await createOutboxApp([Victim], { store, dispatcher: { leaseMs: 900 } });
+    await t.outbox.append({ type: 'victim', payload: {} });
+    await tick(450);
+    expect(renew).toHaveBeenCalled();
+    expect(signal?.aborted).toBe(true);
+    expect(signal?.reason).toBeInstanceOf(LeaseLostError);
+    gate.resolve();
+    await tick(10);
+    expect(ack).not.toHaveBeenCalled();
+    expect(t.dispatcher.stats().leaseLost).toBe(1);
+  });
+
+  it('recovers from a store that throws for 2 s without an unhandled rejection', async () => {
+    const store = new MemoryOutboxStore();
+    let broken = true;
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    const realClaim = store.claim.bind(store);
+    jest.spyOn(store, 'claim').mockImplementation(async (req) => {
+      if (broken) throw new Error('connection refused');
+      return realClaim(req);
+    });
+    let handled = 0;
+    @Injectable()
+    class Patient {
+      @OutboxHandler('patient')
+      handle() {
+        handled++;
+      }
+    }
+    try {
+      t = await createOutboxApp([Patient], { store, dispatcher: { storeErrorBackoffMs: 200, storeErrorMaxBackoffMs: 1_000 } });
+      await t.outbox.append({ type: 'patient', payload: {} });
+      await tick(2_000);
+      expect(handled).toBe(0);
+      expect(t.dispatcher.stats().storeErrors).toBeGreaterThanOrEqual(3);
+      broken = false;
+      await tick(1_500);
+      expect(handled).toBe(1);
+      await new Promise((r) => setImmediate(r));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
+  it('app.close() waits for an in-flight handler before returning', async () => {
+    const store = new MemoryOutboxStore();
+    const gate = deferred();
+    let finished = false;
+    @Injectable()
+    class InFlight {
+      @OutboxHandler('inflight')
+      async handle() {
+        await gate.promise;
+        finished = true;
+      }
+    }
+    t = await createOutboxApp([InFlight], { store, dispatcher: { shutdownTimeoutMs: 5_000 } });
+    await t.outbox.append({ type: 'inflight', payload: {} });
+    await tick(150);
+    let closed = false;
+    const closing = t.app.close().then(() => (closed = true));
+    await tick(1_000);
+    expect(closed).toBe(false);
+    gate.resolve();
+    await closing;
+    expect(finished).toBe(true);
+    expect(await store.stats()).toMatchObject({ pending: 0, leased: 0 });
+    t = undefined;
+  });
+
+  it('gives up waiting after shutdownTimeoutMs and aborts the handler signal', async () => {
+    let signal: AbortSignal | undefined;
+    @Injectable()
+    class Stuck {
+      @OutboxHandler('stuck')
+      handle(_e: OutboxEvent, ctx: OutboxHandlerContext) {
+        signal = ctx.signal;
+        return new Promise(() => undefined);
+      }
+    }
+    t = await createOutboxApp([Stuck], { dispatcher: { shutdownTimeoutMs: 1_000 } });
+    await t.outbox.append({ type: 'stuck', payload: {} });
+    await tick(150);
+    const closing = t.app.close();
+    await tick(1_100);
+    await closing;
+    expect(signal?.aborted).toBe(true);
+    t = undefined;
+  });
+
+  it('releases deliveries claimed while shutting down without counting the attempt', async () => {
+    const store = new MemoryOutboxStore();
+    const claimGate = deferred();
+    const realClaim = store.claim.bind(store);
+    let handled = 0;
+    @Injectable()
+    class Late {
+      @OutboxHandler('late')
+      handle() {
+        handled++;
+      }
+    }
+    t = await createOutboxApp([Late], { store, dispatcher: { enabled: false } });
+    await t.outbox.append({ type: 'late', payload: {} });
+    jest.spyOn(store, 'claim').mockImplementation(async (req) => {
+      const claimed = await realClaim(req);
+      await claimGate.promise;
+      return claimed;
+    });
+    t.dispatcher.start();
+    await tick(10);
+    const closing = t.app.close();
+    await tick(10); // shutdown has begun: the dispatcher stopped claiming
+    expect(t.dispatcher.stats().running).toBe(false);
+    claimGate.resolve();
+    await closing;
+    t = undefined;
+    expect(handled).toBe(0);
+    const [again] = await realClaim({ workerId: 'next', handlers: [{ name: 'Late.handle', types: ['late'] }], limit: 1, leaseMs: 1000 });
+    expect(again.attempt).toBe(1);
+  });
+
+  it('pauses and resumes claiming; drain() processes everything due', async () => {
+    let handled = 0;
+    @Injectable()
+    class P {
+      @OutboxHandler('p')
+      handle() {
+        handled++;
+      }
+    }
+    t = await createOutboxApp([P]);
+    t.dispatcher.pause();
+    await t.outbox.append({ type: 'p', payload: {} });
+    await tick(1_000);
+    expect(handled).toBe(0);
+    expect(t.dispatcher.stats().paused).toBe(true);
+    t.dispatcher.resume();
+    await tick(150);
+    expect(handled).toBe(1);
+    t.dispatcher.pause();
+    await t.outbox.append([{ type: 'p', payload: {} }, { type: 'p', payload: {} }]);
+    await t.dispatcher.drain();
+    expect(handled).toBe(3);
+  });
+
+  it('never claims types it has no handler for', async () => {
+    const store: OutboxStore = new MemoryOutboxStore();
+    @Injectable()
+    class Known {
+      @OutboxHandler('known')
+      handle() {}
+    }
+    t = await createOutboxApp([Known], { store });
+    await t.outbox.append({ type: 'unknown.kind', payload: {} });
+    await tick(1_000);
+    const stats = await store.stats();
+    expect(stats.byType['unknown.kind']).toEqual({ pending: 1, leased: 0, dead: 0 });
+    expect(stats.dead).toBe(0);
+  });
+});
