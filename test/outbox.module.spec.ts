@@ -1,0 +1,145 @@
+import { Injectable, Module } from '@nestjs/common';
+import { ScheduleModule, SchedulerRegistry } from '@nestjs/schedule';
+import { Test } from '@nestjs/testing';
+import {
+  MemoryOutboxStore,
+  OUTBOX_DISPATCHER_INTERVAL,
+  OutboxDispatcher,
+  OutboxHandler,
+  OutboxModule,
+  OutboxModuleOptions,
+  OutboxOptionsError,
+  OutboxService,
+} from 'nestjs-outbox';
+
+async function boot(options: unknown, providers: any[] = [], withSchedule = true) {
+  const moduleRef = await Test.createTestingModule({
+    imports: [...(withSchedule ? [ScheduleModule.forRoot()] : []), OutboxModule.forRoot(options as OutboxModuleOptions)],
+    providers,
+  }).compile();
+  const app = moduleRef.createNestApplication({ logger: false });
+  await app.init();
+  return app;
+}
+
+describe('OutboxModule bootstrap', () => {
+  it.each([
+    [{ store: { type: 'memory' }, dispatcher: { concurrency: 0 } }, 'dispatcher.concurrency'],
+    [{ store: { type: 'memory' }, dispatcher: { leaseMs: 'long' } }, 'dispatcher.leaseMs'],
+    [{ store: { type: 'memory' }, dispatcher: { backoff: { jitter: 2 } } }, 'dispatcher.backoff.jitter'],
+    [{ store: { type: 'memory' }, dispatcher: { backoff: { initialMs: 5000, maxMs: 10 } } }, 'dispatcher.backoff.maxMs'],
+    [{ store: { type: 'memory' }, dispatcher: { workerId: 'has spaces' } }, 'dispatcher.workerId'],
+    [{ store: { type: 'memory' }, limits: { payloadMaxBytes: -1 } }, 'limits.payloadMaxBytes'],
+    [{ store: { type: 'memory' }, limits: { bogus: 1 } }, 'limits.bogus'],
+    [{ store: { type: 'mongo' } }, 'store.type'],
+    [{}, 'store.type'],
+    [{ store: { type: 'custom' } }, 'store.store'],
+    [{ store: { type: 'memory' }, retention: { deliveredMs: -5 } }, 'retention.deliveredMs'],
+  ])('fails bootstrap on bad options %j naming %s', async (options, field) => {
+    const error = await boot(options).then(
+      (app) => app.close().then(() => null),
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(OutboxOptionsError);
+    expect((error as OutboxOptionsError).field).toBe(field);
+    expect((error as Error).message).toContain(field);
+  });
+
+  it('refuses the memory store under NODE_ENV=production unless allowed', async () => {
+    const previous = process.env.NODE_ENV;
+    process.env.NODE_ENV = 'production';
+    try {
+      await expect(boot({ store: { type: 'memory' } })).rejects.toThrow(/memory store .*production/);
+      const app = await boot({ store: { type: 'memory', allowInProduction: true } });
+      await app.close();
+    } finally {
+      process.env.NODE_ENV = previous;
+    }
+  });
+
+  it('fails bootstrap when two handlers share a name', async () => {
+    @Injectable()
+    class One {
+      @OutboxHandler('a.b', { name: 'same' })
+      handle() {}
+    }
+    @Injectable()
+    class Two {
+      @OutboxHandler('c.d', { name: 'same' })
+      handle() {}
+    }
+    await expect(boot({ store: { type: 'memory' } }, [One, Two])).rejects.toThrow(/"same".*One\.handle.*Two\.handle/);
+  });
+
+  it('fails bootstrap with a clear hint when ScheduleModule is missing and the dispatcher is on', async () => {
+    await expect(boot({ store: { type: 'memory' } }, [], false)).rejects.toThrow(/ScheduleModule\.forRoot\(\)/);
+    const app = await boot({ store: { type: 'memory' }, dispatcher: { enabled: false } }, [], false);
+    await app.close();
+  });
+
+  it('registers its poll loop in SchedulerRegistry and removes it on close', async () => {
+    const app = await boot({ store: { type: 'memory' } });
+    const registry = app.get(SchedulerRegistry);
+    expect(registry.doesExist('interval', OUTBOX_DISPATCHER_INTERVAL)).toBe(true);
+    await app.close();
+    expect(registry.doesExist('interval', OUTBOX_DISPATCHER_INTERVAL)).toBe(false);
+  });
+
+  it('stacks decorators: one method handling several types', async () => {
+    const seen: string[] = [];
+    @Injectable()
+    class Multi {
+      @OutboxHandler('x.one')
+      @OutboxHandler(['x.two', 'x.three'])
+      handle(event: { type: string }) {
+        seen.push(event.type);
+      }
+    }
+    const app = await boot({ store: { type: 'memory' }, dispatcher: { enabled: false } }, [Multi]);
+    await app.get(OutboxService).append(['x.one', 'x.two', 'x.three'].map((type) => ({ type, payload: null })));
+    await app.get(OutboxDispatcher).drain();
+    expect(seen.sort()).toEqual(['x.one', 'x.three', 'x.two']);
+    await app.close();
+  });
+
+  it('supports forRootAsync with useFactory, useClass and isGlobal', async () => {
+    const store = new MemoryOutboxStore();
+    @Injectable()
+    class Config {
+      createOutboxOptions(): OutboxModuleOptions {
+        return { store: { type: 'custom', store }, dispatcher: { enabled: false } };
+      }
+    }
+    @Module({ providers: [Config], exports: [Config] })
+    class ConfigModule {}
+
+    @Injectable()
+    class Consumer {
+      constructor(readonly outbox: OutboxService) {}
+    }
+    @Module({ providers: [Consumer] })
+    class FeatureModule {}
+
+    for (const async of [
+      { imports: [ConfigModule], inject: [Config], useFactory: (c: Config) => c.createOutboxOptions() },
+      { imports: [ConfigModule], useExisting: Config },
+      { useClass: Config },
+    ]) {
+      const moduleRef = await Test.createTestingModule({
+        imports: [OutboxModule.forRootAsync({ ...async, isGlobal: true }), FeatureModule],
+      }).compile();
+      const app = moduleRef.createNestApplication({ logger: false });
+      await app.init();
+      await app.get(Consumer).outbox.append({ type: 'async.ok', payload: {} });
+      await app.close();
+    }
+    expect((await store.stats()).pending).toBe(3);
+  });
+
+  it('rejects bad async options at bootstrap too', async () => {
+    const moduleRef = Test.createTestingModule({
+      imports: [OutboxModule.forRootAsync({ useFactory: () => ({ store: { type: 'memory' }, dispatcher: { batchSize: 0 } }) })],
+    });
+    await expect(moduleRef.compile()).rejects.toThrow(/dispatcher\.batchSize/);
+  });
+});

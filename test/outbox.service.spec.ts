@@ -1,0 +1,101 @@
+import { Injectable } from '@nestjs/common';
+import {
+  DuplicateEventError,
+  MemoryOutboxStore,
+  OutboxHandler,
+  OutboxValidationError,
+} from 'nestjs-outbox';
+import { createOutboxApp, TestApp } from './support/outbox-app';
+
+describe('OutboxService.append', () => {
+  let t: TestApp;
+  const store = new MemoryOutboxStore();
+
+  @Injectable()
+  class Handlers {
+    @OutboxHandler('known.type')
+    a() {}
+    @OutboxHandler('known.type')
+    b() {}
+  }
+
+  beforeAll(async () => {
+    t = await createOutboxApp([Handlers], { store, dispatcher: { enabled: false }, module: { limits: { payloadMaxBytes: 2048 } } });
+  });
+  afterAll(() => t.app.close());
+
+  it('returns one event for one input and an array for an array, ids filled', async () => {
+    const one = await t.outbox.append({ type: 'known.type', payload: { a: 1 } });
+    expect(one.id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(one.key).toBeNull();
+    expect(one.headers).toEqual({});
+    const many = await t.outbox.append([
+      { type: 'known.type', payload: 1 },
+      { type: 'known.type', payload: 2, key: 'k' },
+    ]);
+    expect(many).toHaveLength(2);
+    expect(await t.outbox.append([])).toEqual([]);
+  });
+
+  it('writes one delivery per handler registered for the type', async () => {
+    const e = await t.outbox.append({ type: 'known.type', payload: {} });
+    const claimed = await store.claim({
+      workerId: 'w',
+      handlers: [
+        { name: 'Handlers.a', types: ['known.type'] },
+        { name: 'Handlers.b', types: ['known.type'] },
+      ],
+      limit: 100,
+      leaseMs: 1000,
+    });
+    expect(claimed.filter((c) => c.event.id === e.id).map((c) => c.handler).sort()).toEqual(['Handlers.a', 'Handlers.b']);
+  });
+
+  it.each([
+    [{ type: '', payload: 1 }, 'event.type'],
+    [{ type: 'has space', payload: 1 }, 'event.type'],
+    [{ type: 'x'.repeat(256), payload: 1 }, 'event.type'],
+    [{ type: 'ok', payload: undefined }, 'event.payload'],
+    [{ type: 'ok', payload: 'x'.repeat(3000) }, 'event.payload'],
+    [{ type: 'ok', payload: { big: 10n } }, 'event.payload'],
+    [{ type: 'ok', payload: 1, key: 'k'.repeat(513) }, 'event.key'],
+    [{ type: 'ok', payload: 1, id: 'not-a-uuid' }, 'event.id'],
+    [{ type: 'ok', payload: 1, headers: { a: 5 } }, 'event.headers.a'],
+    [{ type: 'ok', payload: 1, headers: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`h${i}`, 'v'])) }, 'event.headers'],
+    [{ type: 'ok', payload: 1, headers: { ['n'.repeat(129)]: 'v' } }, 'event.headers'],
+    [{ type: 'ok', payload: 1, headers: { a: 'v'.repeat(1025) } }, 'event.headers.a'],
+    [{ type: 'ok', payload: 1, availableAt: 'tomorrow' }, 'event.availableAt'],
+  ])('rejects %j naming %s and writes nothing', async (input, field) => {
+    const before = await store.stats();
+    const error = await t.outbox.append(input as any).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as OutboxValidationError).field).toBe(field);
+    expect(await store.stats()).toEqual(before);
+  });
+
+  it('names the index of the bad event in a batch and writes none of it', async () => {
+    const before = await store.stats();
+    await expect(
+      t.outbox.append([
+        { type: 'ok', payload: 1 },
+        { type: 'bad type', payload: 1 },
+      ]),
+    ).rejects.toMatchObject({ field: 'events[1].type' });
+    expect(await store.stats()).toEqual(before);
+  });
+
+  it('is idempotent per id: same content is a no-op, different content throws', async () => {
+    const id = '0b5d2f7e-7a51-4c8e-9a53-2f1a1c7e9d11';
+    const first = await t.outbox.append({ id, type: 'known.type', payload: { v: 1 } });
+    const before = await store.stats();
+    const again = await t.outbox.append({ id, type: 'known.type', payload: { v: 1 } });
+    expect(again.id).toBe(first.id);
+    expect(await store.stats()).toEqual(before);
+    await expect(t.outbox.append({ id, type: 'known.type', payload: { v: 2 } })).rejects.toBeInstanceOf(DuplicateEventError);
+  });
+
+  it('refuses more events than limits.appendMaxEvents in one call', async () => {
+    const events = Array.from({ length: 1001 }, () => ({ type: 'ok', payload: 1 }));
+    await expect(t.outbox.append(events)).rejects.toMatchObject({ field: 'events' });
+  });
+});
