@@ -1,12 +1,34 @@
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import { OutboxStore } from '../../interfaces/outbox-store.interface';
 import type { StoreFactoryContext } from '../store.factory';
+import { isRedisClientLike, loadIoredis } from './redis-client';
+import { RedisOutboxStore } from './redis-outbox.store';
 import { RedisStoreOptions } from './redis-store.options';
 
-/** Placeholder until the Redis store lands (issue #4). */
+/**
+ * Builds the Redis store from module options: the application's client when given (never closed
+ * by the library), otherwise a client created from `url` that `close()` shuts down.
+ */
 export async function createRedisOutboxStore(
-  _options: RedisStoreOptions,
+  options: RedisStoreOptions,
   _ctx: StoreFactoryContext,
 ): Promise<OutboxStore> {
-  throw new OutboxOptionsError('store.type', "the 'redis' store is not implemented yet");
+  if (options.client !== undefined) {
+    if (!isRedisClientLike(options.client)) {
+      throw new OutboxOptionsError(
+        'store.client',
+        'must be an ioredis client (new Redis(...) or new Cluster(...)); pass `url` to let the library create one',
+      );
+    }
+    return new RedisOutboxStore({ client: options.client, prefix: options.prefix });
+  }
+  if (!options.url) {
+    throw new OutboxOptionsError(
+      'store',
+      "the 'redis' store needs `client` (an ioredis client) or `url`",
+    );
+  }
+  const Redis = loadIoredis("The 'redis' outbox store");
+  const client = new Redis(options.url, { ...options.redisOptions });
+  return new RedisOutboxStore({ client, prefix: options.prefix, ownsClient: true });
 }

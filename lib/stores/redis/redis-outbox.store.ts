@@ -1,0 +1,414 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { DuplicateEventError } from '../../errors/duplicate-event.error';
+import { LeaseLostError } from '../../errors/lease-lost.error';
+import { OutboxOptionsError } from '../../errors/outbox-options.error';
+import { OutboxEvent, OutboxHeaders } from '../../interfaces/outbox-event.interface';
+import {
+  AppendableEvent,
+  ClaimedDelivery,
+  ClaimRequest,
+  CleanupOptions,
+  CleanupResult,
+  DeadLetter,
+  DeadLetterFilter,
+  DeadLetterPage,
+  DeadLetterPageQuery,
+  DeadLetterReason,
+  DeadLetterSelector,
+  DeadLetterSummaryRow,
+  DeliveryError,
+  DeliveryErrorInput,
+  Lease,
+  OutboxStore,
+  OutboxStoreStats,
+  TypeStats,
+} from '../../interfaces/outbox-store.interface';
+import { OUTBOX_ERROR_HISTORY } from '../../outbox.constants';
+import { canonicalJson, decodeCursor, encodeCursor, errorFingerprint } from '../store-helpers';
+import { clientKeyPrefix, RedisClientLike, runScript } from './redis-client';
+import { RedisScriptName } from './redis-scripts';
+
+export interface RedisOutboxStoreOptions {
+  /** ioredis client (or Cluster). */
+  client: RedisClientLike;
+  /** Key prefix, used as the `{prefix}` hash tag. @default 'outbox' */
+  prefix?: string;
+  /** Close the client in `close()`; true only when the library created it. @default false */
+  ownsClient?: boolean;
+  /**
+   * Most unexpanded deliveries per type, due deliveries and expired leases per handler that one
+   * claim moves, so one script stays short on a large backlog. @default 500
+   */
+  claimSweepLimit?: number;
+  /** Most dead letters one script examines while filtering (lists, replay, purge). @default 5000 */
+  deadLetterScanLimit?: number;
+  /** Most dead letters `summarizeDeadLetters` reads in total. @default 100000 */
+  summaryScanLimit?: number;
+}
+
+type Row = (string | number | null)[];
+
+/** One filter argument: '-' absent, '+value' present (so an empty string is still a value). */
+const optArg = (v: string | undefined | null) => (v === undefined || v === null ? '-' : `+${v}`);
+
+/**
+ * Outbox store on Redis (ioredis). Every state change is one Lua script using Redis `TIME`, so it
+ * is atomic in Redis — and only with Redis writes: an append is not part of any SQL transaction.
+ * All keys share the `{prefix}` hash tag, so one outbox lives in one Redis Cluster slot.
+ */
+export class RedisOutboxStore implements OutboxStore {
+  private readonly client: RedisClientLike;
+  private readonly ownsClient: boolean;
+  private readonly anchor: string;
+  private readonly base: string;
+  private readonly sweep: number;
+  private readonly scanLimit: number;
+  private readonly summaryLimit: number;
+
+  constructor(options: RedisOutboxStoreOptions) {
+    const prefix = options.prefix ?? 'outbox';
+    if (!prefix || /[{}]/.test(prefix)) {
+      throw new OutboxOptionsError(
+        'store.prefix',
+        'must be a non-empty string without { or } (it becomes the hash tag)',
+      );
+    }
+    this.client = options.client;
+    this.ownsClient = options.ownsClient ?? false;
+    this.anchor = `{${prefix}}:seq`;
+    this.base = `${clientKeyPrefix(options.client)}{${prefix}}:`;
+    this.sweep = options.claimSweepLimit ?? 500;
+    this.scanLimit = options.deadLetterScanLimit ?? 5000;
+    this.summaryLimit = options.summaryScanLimit ?? 100_000;
+  }
+
+  private run(name: RedisScriptName, args: (string | number)[]): Promise<unknown> {
+    return runScript(this.client, name, [this.anchor], [this.base, ...args]);
+  }
+
+  async now(): Promise<Date> {
+    return new Date(Number(await this.run('now', [])));
+  }
+
+  async append(events: AppendableEvent[]): Promise<OutboxEvent[]> {
+    if (events.length === 0) return [];
+    const args: (string | number)[] = [events.length];
+    for (const e of events) {
+      const content = canonicalJson([e.type, e.key ?? null, e.headers ?? {}, e.payload ?? null]);
+      args.push(
+        e.id,
+        e.type,
+        optArg(e.key),
+        JSON.stringify(e.payload ?? null),
+        JSON.stringify(e.headers ?? {}),
+        e.occurredAt.getTime(),
+        e.availableAt ? e.availableAt.getTime() : '',
+        createHash('sha256').update(content).digest('base64'),
+        e.handlers.length,
+        ...e.handlers,
+      );
+    }
+    const result = (await this.run('append', args)) as Row[] | Row;
+    if (result[0] === 'DUP') throw new DuplicateEventError(String(result[1]));
+    return (result as Row[]).map(([oa, av], i) => ({
+      id: events[i].id,
+      type: events[i].type,
+      payload: structuredClone(events[i].payload),
+      key: events[i].key ?? null,
+      headers: { ...events[i].headers },
+      occurredAt: new Date(Number(oa)),
+      availableAt: new Date(Number(av)),
+    }));
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {
+    const names = [...new Set(request.handlers.map((h) => h.name))];
+    if (names.length === 0 || request.limit <= 0) return [];
+    const byType = new Map<string, string[]>();
+    for (const h of request.handlers) {
+      for (const type of h.types) {
+        const list = byType.get(type) ?? [];
+        if (!list.includes(h.name)) list.push(h.name);
+        byType.set(type, list);
+      }
+    }
+    const args: (string | number)[] = [
+      request.workerId,
+      Math.max(1, Math.ceil(request.leaseMs)),
+      Math.floor(request.limit),
+      randomUUID(),
+      this.sweep,
+      names.length,
+      ...names,
+      byType.size,
+    ];
+    for (const [type, handlers] of byType) args.push(type, handlers.length, ...handlers);
+    const rows = (await this.run('claim', args)) as Row[];
+    return rows.map(
+      ([id, handler, attempt, token, leaseUntil, eventId, type, key, pl, hd, oa, av]) => ({
+        id: String(id),
+        handler: String(handler),
+        attempt: Number(attempt),
+        event: {
+          id: String(eventId),
+          type: String(type),
+          payload: JSON.parse(String(pl)),
+          key: key === null ? null : String(key),
+          headers: JSON.parse(String(hd)) as OutboxHeaders,
+          occurredAt: new Date(Number(oa)),
+          availableAt: new Date(Number(av)),
+        },
+        lease: {
+          deliveryId: String(id),
+          owner: request.workerId,
+          token: String(token),
+          leaseUntil: new Date(Number(leaseUntil)),
+        },
+      }),
+    );
+  }
+
+  private async leased(
+    name: RedisScriptName,
+    lease: Lease,
+    extra: (string | number)[] = [],
+  ): Promise<number> {
+    const result = Number(
+      await this.run(name, [lease.deliveryId, lease.owner, lease.token, ...extra]),
+    );
+    if (result === 0) throw new LeaseLostError(lease.deliveryId, lease.owner);
+    return result;
+  }
+
+  async renew(lease: Lease, leaseMs: number): Promise<Lease> {
+    const leaseUntil = await this.leased('renew', lease, [Math.max(1, Math.ceil(leaseMs))]);
+    return { ...lease, leaseUntil: new Date(leaseUntil) };
+  }
+
+  async ack(lease: Lease): Promise<void> {
+    await this.leased('ack', lease);
+  }
+
+  async retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {
+    await this.leased('retry', lease, [Math.max(0, Math.round(delayMs)), ...errorArgs(error)]);
+  }
+
+  async deadLetter(
+    lease: Lease,
+    reason: DeadLetterReason,
+    error: DeliveryErrorInput,
+  ): Promise<void> {
+    await this.leased('deadLetter', lease, [reason, ...errorArgs(error)]);
+  }
+
+  async release(lease: Lease): Promise<void> {
+    await this.leased('release', lease);
+  }
+
+  /** The 7 filter arguments of `scanDead` in the scripts, starting after an optional cursor. */
+  private filterArgs(
+    filter: DeadLetterFilter,
+    after: { score: string; id: string } | null,
+  ): string[] {
+    let start = filter.failedAfter ? filter.failedAfter.getTime() : -Infinity;
+    if (after) start = Math.max(start, Number(after.score));
+    return [
+      Number.isFinite(start) ? String(start) : '-inf',
+      filter.failedBefore ? `(${filter.failedBefore.getTime()}` : '+inf',
+      after?.score ?? '',
+      after?.id ?? '',
+      optArg(filter.type),
+      optArg(filter.handler),
+      optArg(filter.key),
+    ];
+  }
+
+  async listDeadLetters(query: DeadLetterPageQuery): Promise<DeadLetterPage> {
+    const cursor = query.cursor ? decodeCursor(query.cursor) : null;
+    const after = cursor ? { score: String(cursor.deadAt.getTime()), id: cursor.id } : null;
+    const limit = Math.max(1, Math.floor(query.limit));
+    const [rows, lastS, lastId, exhausted] = (await this.run('deadList', [
+      '1',
+      ...this.filterArgs(query, after),
+      limit + 1,
+      this.scanLimit,
+    ])) as [Row[], string, string, number];
+    const items = rows.slice(0, limit).map(deadLetterFromRow);
+    let nextCursor: string | null = null;
+    if (rows.length > limit) {
+      const last = items[items.length - 1];
+      nextCursor = encodeCursor({ deadAt: last.deadAt, id: last.id });
+    } else if (!exhausted && lastId) {
+      // The scan hit its bound before filling the page: continue from where it stopped.
+      nextCursor = encodeCursor({ deadAt: new Date(Number(lastS)), id: lastId });
+    }
+    return { items, nextCursor };
+  }
+
+  async getDeadLetter(id: string): Promise<DeadLetter | null> {
+    const [row] = (await this.run('deadGet', [id])) as (Row | null)[];
+    return row ? deadLetterFromRow(row) : null;
+  }
+
+  async summarizeDeadLetters(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
+    const groups = new Map<string, DeadLetterSummaryRow>();
+    let after: { score: string; id: string } | null = null;
+    let read = 0;
+    while (read < this.summaryLimit) {
+      const [rows, lastS, lastId, exhausted] = (await this.run('deadList', [
+        '0',
+        ...this.filterArgs(filter, after),
+        1000,
+        this.scanLimit,
+      ])) as [Row[], string, string, number];
+      for (const row of rows) {
+        const [, , handler, type, , , , er] = row;
+        const errors = parseErrors(er);
+        const last = errors[errors.length - 1];
+        const entry: DeadLetterSummaryRow = {
+          type: String(type),
+          handler: String(handler),
+          errorName: last?.name ?? 'Error',
+          fingerprint: errorFingerprint(last?.message ?? ''),
+          count: 0,
+        };
+        const k = JSON.stringify([entry.type, entry.handler, entry.errorName, entry.fingerprint]);
+        const group = groups.get(k) ?? entry;
+        group.count += 1;
+        groups.set(k, group);
+      }
+      read += rows.length;
+      if (exhausted || !lastId) break;
+      after = { score: lastS, id: lastId };
+    }
+    return [...groups.values()].sort((a, b) => b.count - a.count);
+  }
+
+  /** Runs a replay or purge script over the selection in bounded batches, each atomic. */
+  private async forSelection(
+    name: 'replay' | 'purge',
+    selector: DeadLetterSelector,
+    lead: (string | number)[],
+  ): Promise<number> {
+    let total = 0;
+    if ('ids' in selector) {
+      const ids = [...new Set(selector.ids)];
+      for (let i = 0; i < ids.length; i += 500) {
+        const [count] = (await this.run(name, ['ids', ...lead, ...ids.slice(i, i + 500)])) as Row;
+        total += Number(count);
+      }
+      return total;
+    }
+    let after: { score: string; id: string } | null = null;
+    for (;;) {
+      const [count, lastS, lastId, exhausted] = (await this.run(name, [
+        'filter',
+        ...lead,
+        ...this.filterArgs(selector.filter, after),
+        500,
+        this.scanLimit,
+      ])) as Row;
+      total += Number(count);
+      if (Number(exhausted) === 1 || !lastId) return total;
+      after = { score: String(lastS), id: String(lastId) };
+    }
+  }
+
+  replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    return this.forSelection('replay', selector, [availableAt ? availableAt.getTime() : '']);
+  }
+
+  purge(selector: DeadLetterSelector): Promise<number> {
+    return this.forSelection('purge', selector, []);
+  }
+
+  async stats(): Promise<OutboxStoreStats> {
+    const [now, pending, due, oldest, leased, dead, counters] = (await this.run('stats', [])) as [
+      number,
+      number,
+      number,
+      string,
+      string,
+      number,
+      string[],
+    ];
+    const byType: Record<string, TypeStats> = {};
+    const field = { p: 'pending', l: 'leased', x: 'dead' } as const;
+    for (let i = 0; i < counters.length; i += 2) {
+      const name = counters[i];
+      const kind = field[name[0] as keyof typeof field];
+      if (!kind || name[1] !== ':') continue;
+      const t = (byType[name.slice(2)] ??= { pending: 0, leased: 0, dead: 0 });
+      t[kind] = Number(counters[i + 1]);
+    }
+    const oldestAt = oldest === '' ? null : Number(oldest);
+    return {
+      pending: Number(pending),
+      due: Number(due),
+      leased: Number(leased),
+      dead: Number(dead),
+      oldestPendingAgeMs: oldestAt !== null && oldestAt <= Number(now) ? Number(now) - oldestAt : 0,
+      byType,
+    };
+  }
+
+  async cleanup(options: CleanupOptions): Promise<CleanupResult> {
+    const [events, deadLetters] = (await this.run('cleanup', [
+      Math.max(0, Math.floor(options.deliveredRetentionMs)),
+      options.deadLetterRetentionMs === null
+        ? ''
+        : Math.max(0, Math.floor(options.deadLetterRetentionMs)),
+      Math.max(1, Math.floor(options.batchSize)),
+    ])) as Row;
+    return { events: Number(events), deadLetters: Number(deadLetters) };
+  }
+
+  async close(): Promise<void> {
+    if (!this.ownsClient) return;
+    try {
+      await this.client.quit();
+    } catch {
+      this.client.disconnect();
+    }
+  }
+}
+
+function errorArgs(error: DeliveryErrorInput): (string | number)[] {
+  return [error.name, error.message, error.attempt, error.workerId, OUTBOX_ERROR_HISTORY];
+}
+
+function parseErrors(raw: unknown): DeliveryError[] {
+  if (raw === null || raw === undefined || raw === '') return [];
+  const list = JSON.parse(String(raw)) as {
+    name: string;
+    message: string;
+    attempt: number;
+    workerId: string;
+    at: string;
+  }[];
+  return list.map((e) => ({
+    name: e.name,
+    message: e.message,
+    attempt: Number(e.attempt),
+    workerId: e.workerId,
+    at: new Date(Number(e.at)),
+  }));
+}
+
+function deadLetterFromRow(row: Row): DeadLetter {
+  const [id, eventId, handler, type, key, attempts, reason, er, deadAt, pl, hd, oa] = row;
+  return {
+    id: String(id),
+    eventId: String(eventId),
+    type: String(type),
+    key: key === null ? null : String(key),
+    handler: String(handler),
+    payload: JSON.parse(String(pl)),
+    headers: JSON.parse(String(hd)) as OutboxHeaders,
+    occurredAt: new Date(Number(oa)),
+    attempts: Number(attempts),
+    reason: (reason ?? 'exhausted') as DeadLetterReason,
+    errors: parseErrors(er),
+    deadAt: new Date(Number(deadAt)),
+  };
+}

@@ -1,0 +1,493 @@
+/*
+ * Lua scripts of the Redis outbox store. Internal: not exported from the public barrel.
+ *
+ * Every state change runs as one script, so it is atomic in Redis and reads the clock with `TIME`
+ * (SPEC §2.5). ARGV[1] is the key base `<keyPrefix>{prefix}:`; KEYS[1] is `{prefix}:seq`, declared
+ * so a Cluster client routes the script to the slot every key of this outbox shares.
+ *
+ * Layout under the base B:
+ *   seq              append counter (global append order)
+ *   e:<eventId>      hash  t type, k key?, pl payload, hd headers, oa occurredAt, av availableAt,
+ *                          sq seq, c content hash, n deliveries not yet delivered
+ *   d:<deliveryId>   hash  ev, h handler, t type, k key?, sq, st p|l|x, at attempts, av, o owner,
+ *                          tk token, lu leaseUntil, er errors JSON, rs reason, da deadAt, ac active
+ *   q:<handler>      zset  runnable now, by seq (only the active delivery of a key is here)
+ *   s:<handler>      zset  runnable later, by availableAt
+ *   l:<handler>      zset  leased, by leaseUntil
+ *   kq:<len>:<handler>:<key>  zset  open deliveries of one (handler, key), by seq
+ *   u:<type>         zset  unexpanded deliveries (handler '*'), by seq
+ *   pend             zset  every pending delivery, by availableAt (stats: due, oldest)
+ *   dead             zset  dead letters, by deadAt; ties by id, which is the cursor order
+ *   done             zset  fully delivered events, by completion time (retention)
+ *   cnt              hash  leased count and per-type p:/l:/x: counters (zero fields removed)
+ */
+
+const PRELUDE = `
+local B = ARGV[1]
+local T = redis.call('TIME')
+local now = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
+local CNT = B .. 'cnt'
+local PEND = B .. 'pend'
+local DEAD = B .. 'dead'
+local DONE = B .. 'done'
+
+local function dkey(id) return B .. 'd:' .. id end
+local function ekey(id) return B .. 'e:' .. id end
+local function hkey(kind, h) return B .. kind .. ':' .. h end
+local function kqkey(h, k) return B .. 'kq:' .. string.len(h) .. ':' .. h .. ':' .. k end
+local function opt(v) if v == false or v == nil or v == '' then return nil end return v end
+
+local function incr(field, by)
+  if redis.call('HINCRBY', CNT, field, by) == 0 then redis.call('HDEL', CNT, field) end
+end
+
+-- Deterministic per (event, handler), so an expansion retried after a lost reply cannot fork a delivery.
+local function uuid(seed)
+  local h = redis.sha1hex(seed)
+  local variant = string.format('%x', 8 + (tonumber(string.sub(h, 17, 17), 16) % 4))
+  return string.sub(h, 1, 8) .. '-' .. string.sub(h, 9, 12) .. '-5' .. string.sub(h, 14, 16) .. '-' ..
+    variant .. string.sub(h, 18, 20) .. '-' .. string.sub(h, 21, 32)
+end
+
+local function schedule(id, h, sq, av)
+  if av <= now then
+    redis.call('ZADD', hkey('q', h), sq, id)
+  else
+    redis.call('ZADD', hkey('s', h), av, id)
+  end
+end
+
+local function unschedule(id, h)
+  redis.call('ZREM', hkey('q', h), id)
+  redis.call('ZREM', hkey('s', h), id)
+end
+
+local function activate(id)
+  local f = redis.call('HMGET', dkey(id), 'h', 'sq', 'av', 'st')
+  redis.call('HSET', dkey(id), 'ac', '1')
+  if f[4] == 'p' then schedule(id, f[1], tonumber(f[2]), tonumber(f[3])) end
+end
+
+-- Only the oldest open delivery of a (handler, key) is active, i.e. visible to claims (SPEC §2.6).
+-- An older one arriving late (expansion, replay) takes over unless the current one is running.
+local function enqueue(id, h, k, sq, av)
+  if not k then
+    schedule(id, h, sq, av)
+    return
+  end
+  local kq = kqkey(h, k)
+  local head = redis.call('ZRANGE', kq, 0, 0)[1]
+  redis.call('ZADD', kq, sq, id)
+  if not head then
+    redis.call('HSET', dkey(id), 'ac', '1')
+    schedule(id, h, sq, av)
+  elseif sq < tonumber(redis.call('ZSCORE', kq, head)) then
+    local hs = redis.call('HMGET', dkey(head), 'st', 'ac')
+    if hs[1] == 'p' and hs[2] == '1' then
+      unschedule(head, h)
+      redis.call('HSET', dkey(head), 'ac', '0')
+      redis.call('HSET', dkey(id), 'ac', '1')
+      schedule(id, h, sq, av)
+    end
+  end
+end
+
+-- A pending active delivery (after retry, release or lease expiry) runs again, unless an older
+-- delivery of its key now waits in front of it.
+local function requeue(id, h, k, sq, av)
+  if k then
+    local head = redis.call('ZRANGE', kqkey(h, k), 0, 0)[1]
+    if head and head ~= id then
+      redis.call('HSET', dkey(id), 'ac', '0')
+      if redis.call('HGET', dkey(head), 'ac') ~= '1' then activate(head) end
+      return
+    end
+  end
+  schedule(id, h, sq, av)
+end
+
+-- A delivery leaves its key for good (delivered or dead): the next one becomes active.
+local function leaveKey(id, h, k)
+  if not k then return end
+  local kq = kqkey(h, k)
+  redis.call('ZREM', kq, id)
+  redis.call('HSET', dkey(id), 'ac', '0')
+  local head = redis.call('ZRANGE', kq, 0, 0)[1]
+  if head and redis.call('HGET', dkey(head), 'ac') ~= '1' then activate(head) end
+end
+
+local function newDelivery(id, ev, h, t, k, sq, av)
+  local dk = dkey(id)
+  redis.call('HSET', dk, 'ev', ev, 'h', h, 't', t, 'sq', sq, 'st', 'p', 'at', 0, 'av', av)
+  if k then redis.call('HSET', dk, 'k', k) end
+  redis.call('ZADD', PEND, av, id)
+  incr('p:' .. t, 1)
+  if h == '*' then
+    redis.call('ZADD', B .. 'u:' .. t, sq, id)
+  else
+    enqueue(id, h, k, sq, av)
+  end
+end
+
+-- f = st, o, tk, lu, h, t, k, sq, ev, at, er
+local function owned(id, owner, token)
+  local f = redis.call('HMGET', dkey(id), 'st', 'o', 'tk', 'lu', 'h', 't', 'k', 'sq', 'ev', 'at', 'er')
+  if f[1] ~= 'l' or f[2] ~= owner or f[3] ~= token or tonumber(f[4]) <= now then return nil end
+  return f
+end
+
+local function unlease(id, f)
+  redis.call('ZREM', hkey('l', f[5]), id)
+  redis.call('HDEL', dkey(id), 'o', 'tk', 'lu')
+  incr('l', -1)
+  incr('l:' .. f[6], -1)
+end
+
+local function pushError(id, raw, name, message, attempt, worker, max)
+  local errs = {}
+  if raw then errs = cjson.decode(raw) end
+  table.insert(errs, { name = name, message = message, attempt = tonumber(attempt), workerId = worker, at = tostring(now) })
+  while #errs > max do table.remove(errs, 1) end
+  redis.call('HSET', dkey(id), 'er', cjson.encode(errs))
+end
+
+local function dropDead(id)
+  local f = redis.call('HMGET', dkey(id), 'st', 't', 'ev')
+  if f[1] ~= 'x' then return 0 end
+  redis.call('DEL', dkey(id))
+  redis.call('ZREM', DEAD, id)
+  incr('x:' .. f[2], -1)
+  if redis.call('HINCRBY', ekey(f[3]), 'n', -1) <= 0 then
+    redis.call('DEL', ekey(f[3]))
+    redis.call('ZREM', DONE, f[3])
+  end
+  return 1
+end
+
+-- Walks dead letters in (deadAt, id) order from a cursor, collecting up to limit ids that match
+-- the filter; stops after scanning cap entries so one call stays bounded.
+-- a: index of the filter arguments: start, max, cursorScore, cursorId, type, handler, key.
+local function scanDead(a, limit, cap)
+  local start, max = ARGV[a], ARGV[a + 1]
+  local cs, cid = tonumber(opt(ARGV[a + 2])), ARGV[a + 3]
+  local ft, fh, fk = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
+  local ids = {}
+  local scanned, offset = 0, 0
+  local lastS, lastId = '', ''
+  while true do
+    local chunk = redis.call('ZRANGEBYSCORE', DEAD, start, max, 'WITHSCORES', 'LIMIT', offset, 200)
+    local full = #chunk == 400
+    for j = 1, #chunk, 2 do
+      local id, s = chunk[j], tonumber(chunk[j + 1])
+      if not (cs and s == cs and id <= cid) then
+        scanned = scanned + 1
+        lastS, lastId = chunk[j + 1], id
+        local f = redis.call('HMGET', dkey(id), 't', 'h', 'k')
+        if (ft == '-' or '+' .. f[1] == ft) and (fh == '-' or '+' .. f[2] == fh) and
+            (fk == '-' or (f[3] and '+' .. f[3] == fk)) then
+          table.insert(ids, id)
+        end
+        if #ids >= limit or scanned >= cap then
+          return ids, lastS, lastId, (j + 1 == #chunk) and not full
+        end
+      end
+    end
+    if not full then return ids, lastS, lastId, true end
+    offset = offset + 200
+  end
+end
+`;
+
+const APPEND = `
+local n = tonumber(ARGV[2])
+local evs = {}
+local i = 3
+for e = 1, n do
+  local ev = { id = ARGV[i], t = ARGV[i + 1], k = ARGV[i + 2], pl = ARGV[i + 3], hd = ARGV[i + 4],
+    oa = ARGV[i + 5], av = ARGV[i + 6], c = ARGV[i + 7], h = {} }
+  local nh = tonumber(ARGV[i + 8])
+  for j = 1, nh do ev.h[j] = ARGV[i + 8 + j] end
+  i = i + 9 + nh
+  evs[e] = ev
+end
+-- Check the whole batch first so a conflicting id anywhere writes nothing (SPEC §2.10).
+local seen = {}
+for _, ev in ipairs(evs) do
+  local c = redis.call('HGET', ekey(ev.id), 'c') or seen[ev.id]
+  if c and c ~= ev.c then return { 'DUP', ev.id } end
+  seen[ev.id] = ev.c
+end
+local out = {}
+for _, ev in ipairs(evs) do
+  local ek = ekey(ev.id)
+  if redis.call('EXISTS', ek) == 0 then
+    local sq = redis.call('INCR', KEYS[1])
+    local av = now
+    if ev.av ~= '' then av = tonumber(ev.av) end
+    local k = nil
+    if string.sub(ev.k, 1, 1) == '+' then k = string.sub(ev.k, 2) end
+    local hs, uniq = {}, {}
+    for _, h in ipairs(ev.h) do
+      if not uniq[h] then uniq[h] = true; table.insert(hs, h) end
+    end
+    if #hs == 0 then hs = { '*' } end
+    redis.call('HSET', ek, 't', ev.t, 'pl', ev.pl, 'hd', ev.hd, 'oa', ev.oa, 'av', av, 'sq', sq, 'c', ev.c, 'n', #hs)
+    if k then redis.call('HSET', ek, 'k', k) end
+    for _, h in ipairs(hs) do newDelivery(uuid(ev.id .. '|' .. h), ev.id, h, ev.t, k, sq, av) end
+  end
+  local s = redis.call('HMGET', ek, 'oa', 'av')
+  table.insert(out, { s[1], s[2] })
+end
+return out
+`;
+
+const CLAIM = `
+local worker, leaseMs, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local tokenBase, cap = ARGV[5], tonumber(ARGV[6])
+local nh = tonumber(ARGV[7])
+local hs = {}
+for j = 1, nh do hs[j] = ARGV[7 + j] end
+local i = 8 + nh
+local nt = tonumber(ARGV[i])
+i = i + 1
+-- Expand unexpanded deliveries of the types this worker handles into one per handler.
+for _ = 1, nt do
+  local t, c = ARGV[i], tonumber(ARGV[i + 1])
+  local th = {}
+  for j = 1, c do th[j] = ARGV[i + 1 + j] end
+  i = i + 2 + c
+  local uk = B .. 'u:' .. t
+  for _, uid in ipairs(redis.call('ZRANGE', uk, 0, cap - 1)) do
+    local f = redis.call('HMGET', dkey(uid), 'ev', 'k', 'sq', 'av')
+    redis.call('DEL', dkey(uid))
+    redis.call('ZREM', uk, uid)
+    redis.call('ZREM', PEND, uid)
+    incr('p:' .. t, -1)
+    local made = 0
+    for _, h in ipairs(th) do
+      local id = uuid(f[1] .. '|' .. h)
+      if redis.call('EXISTS', dkey(id)) == 0 then
+        newDelivery(id, f[1], h, t, opt(f[2]), tonumber(f[3]), tonumber(f[4]))
+        made = made + 1
+      end
+    end
+    redis.call('HINCRBY', ekey(f[1]), 'n', made - 1)
+  end
+end
+-- Deliveries whose time came, and expired leases, become runnable again.
+for _, h in ipairs(hs) do
+  local sk, qk, lk = hkey('s', h), hkey('q', h), hkey('l', h)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', sk, '-inf', now, 'LIMIT', 0, cap)) do
+    redis.call('ZREM', sk, id)
+    redis.call('ZADD', qk, redis.call('HGET', dkey(id), 'sq'), id)
+  end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', lk, '-inf', now, 'LIMIT', 0, cap)) do
+    local f = redis.call('HMGET', dkey(id), 't', 'k', 'sq')
+    redis.call('ZREM', lk, id)
+    redis.call('HDEL', dkey(id), 'o', 'tk', 'lu')
+    redis.call('HSET', dkey(id), 'st', 'p', 'av', now)
+    redis.call('ZADD', PEND, now, id)
+    incr('l', -1)
+    incr('l:' .. f[1], -1)
+    incr('p:' .. f[1], 1)
+    requeue(id, h, opt(f[2]), tonumber(f[3]), now)
+  end
+end
+-- Oldest first across this worker's handlers.
+local cands = {}
+for hi, h in ipairs(hs) do
+  local r = redis.call('ZRANGE', hkey('q', h), 0, limit - 1, 'WITHSCORES')
+  for j = 1, #r, 2 do table.insert(cands, { tonumber(r[j + 1]), hi, r[j], h }) end
+end
+table.sort(cands, function(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  return a[2] < b[2]
+end)
+local out = {}
+local lu = now + leaseMs
+for j = 1, math.min(limit, #cands) do
+  local id, h = cands[j][3], cands[j][4]
+  local dk = dkey(id)
+  local tok = tokenBase .. '.' .. j
+  local at = redis.call('HINCRBY', dk, 'at', 1)
+  redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tok, 'lu', lu)
+  redis.call('ZREM', hkey('q', h), id)
+  redis.call('ZADD', hkey('l', h), lu, id)
+  redis.call('ZREM', PEND, id)
+  local f = redis.call('HMGET', dk, 'ev', 't')
+  incr('l', 1)
+  incr('l:' .. f[2], 1)
+  incr('p:' .. f[2], -1)
+  local e = redis.call('HMGET', ekey(f[1]), 't', 'k', 'pl', 'hd', 'oa', 'av')
+  table.insert(out, { id, h, at, tok, lu, f[1], e[1], e[2], e[3], e[4], e[5], e[6] })
+end
+return out
+`;
+
+const RENEW = `
+local f = owned(ARGV[2], ARGV[3], ARGV[4])
+if not f then return 0 end
+local lu = now + tonumber(ARGV[5])
+redis.call('HSET', dkey(ARGV[2]), 'lu', lu)
+redis.call('ZADD', hkey('l', f[5]), lu, ARGV[2])
+return lu
+`;
+
+const ACK = `
+local id = ARGV[2]
+local f = owned(id, ARGV[3], ARGV[4])
+if not f then return 0 end
+unlease(id, f)
+leaveKey(id, f[5], opt(f[7]))
+redis.call('DEL', dkey(id))
+-- Delivered deliveries are deleted now; the event stays for the retention window (idempotent append).
+if redis.call('HINCRBY', ekey(f[9]), 'n', -1) <= 0 then redis.call('ZADD', DONE, now, f[9]) end
+return 1
+`;
+
+const RETRY = `
+local id = ARGV[2]
+local f = owned(id, ARGV[3], ARGV[4])
+if not f then return 0 end
+unlease(id, f)
+pushError(id, f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]))
+local av = now + tonumber(ARGV[5])
+redis.call('HSET', dkey(id), 'st', 'p', 'av', av)
+redis.call('ZADD', PEND, av, id)
+incr('p:' .. f[6], 1)
+requeue(id, f[5], opt(f[7]), tonumber(f[8]), av)
+return 1
+`;
+
+const DEAD_LETTER = `
+local id = ARGV[2]
+local f = owned(id, ARGV[3], ARGV[4])
+if not f then return 0 end
+unlease(id, f)
+pushError(id, f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]))
+redis.call('HSET', dkey(id), 'st', 'x', 'rs', ARGV[5], 'da', now)
+redis.call('ZADD', DEAD, now, id)
+incr('x:' .. f[6], 1)
+leaveKey(id, f[5], opt(f[7]))
+return 1
+`;
+
+const RELEASE = `
+local id = ARGV[2]
+local f = owned(id, ARGV[3], ARGV[4])
+if not f then return 0 end
+unlease(id, f)
+local at = tonumber(f[10]) - 1
+if at < 0 then at = 0 end
+redis.call('HSET', dkey(id), 'st', 'p', 'av', now, 'at', at)
+redis.call('ZADD', PEND, now, id)
+incr('p:' .. f[6], 1)
+requeue(id, f[5], opt(f[7]), tonumber(f[8]), now)
+return 1
+`;
+
+/** ARGV: B, mode ids|filter, availableAt|'', then ids... or filter args + batch + cap. */
+const REPLAY = `
+local av = now
+if ARGV[3] ~= '' then av = tonumber(ARGV[3]) end
+local function replayOne(id)
+  local f = redis.call('HMGET', dkey(id), 'st', 'h', 't', 'k', 'sq')
+  if f[1] ~= 'x' then return 0 end
+  redis.call('HSET', dkey(id), 'st', 'p', 'at', 0, 'av', av, 'ac', '0')
+  redis.call('HDEL', dkey(id), 'rs', 'da')
+  redis.call('ZREM', DEAD, id)
+  redis.call('ZADD', PEND, av, id)
+  incr('x:' .. f[3], -1)
+  incr('p:' .. f[3], 1)
+  enqueue(id, f[2], opt(f[4]), tonumber(f[5]), av)
+  return 1
+end
+local count = 0
+if ARGV[2] == 'ids' then
+  for j = 4, #ARGV do count = count + replayOne(ARGV[j]) end
+  return { count, '', '', 1 }
+end
+local ids, lastS, lastId, exhausted = scanDead(4, tonumber(ARGV[11]), tonumber(ARGV[12]))
+for _, id in ipairs(ids) do count = count + replayOne(id) end
+return { count, lastS, lastId, exhausted and 1 or 0 }
+`;
+
+const PURGE = `
+local count = 0
+if ARGV[2] == 'ids' then
+  for j = 3, #ARGV do count = count + dropDead(ARGV[j]) end
+  return { count, '', '', 1 }
+end
+local ids, lastS, lastId, exhausted = scanDead(3, tonumber(ARGV[10]), tonumber(ARGV[11]))
+for _, id in ipairs(ids) do count = count + dropDead(id) end
+return { count, lastS, lastId, exhausted and 1 or 0 }
+`;
+
+/** ARGV: B, deliveredRetentionMs, deadLetterRetentionMs|'', batch. */
+const CLEANUP = `
+local batch = tonumber(ARGV[4])
+local dead = 0
+if ARGV[3] ~= '' then
+  local cutoff = '(' .. (now - tonumber(ARGV[3]))
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', DEAD, '-inf', cutoff, 'LIMIT', 0, batch)) do
+    dead = dead + dropDead(id)
+  end
+end
+local events = 0
+local cutoff = '(' .. (now - tonumber(ARGV[2]))
+for _, ev in ipairs(redis.call('ZRANGEBYSCORE', DONE, '-inf', cutoff, 'LIMIT', 0, batch)) do
+  redis.call('DEL', ekey(ev))
+  redis.call('ZREM', DONE, ev)
+  events = events + 1
+end
+return { events, dead }
+`;
+
+const STATS = `
+local oldest = redis.call('ZRANGE', PEND, 0, 0, 'WITHSCORES')[2] or ''
+return { now, redis.call('ZCARD', PEND), redis.call('ZCOUNT', PEND, '-inf', now), oldest,
+  redis.call('HGET', CNT, 'l') or '0', redis.call('ZCARD', DEAD), redis.call('HGETALL', CNT) }
+`;
+
+/** One dead letter as [id, ev, h, t, k, at, rs, er, da, pl, hd, oa], or false. */
+const DEAD_VIEW = `
+local function view(id, full)
+  local f = redis.call('HMGET', dkey(id), 'st', 'ev', 'h', 't', 'k', 'at', 'rs', 'er', 'da')
+  if f[1] ~= 'x' then return false end
+  local e = { false, false, false }
+  if full then e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa') end
+  return { id, f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], e[1], e[2], e[3] }
+end
+`;
+
+const DEAD_GET = `
+return { view(ARGV[2], true) }
+`;
+
+/** ARGV: B, full 1|0, filter args (7), limit, cap. */
+const DEAD_LIST = `
+local ids, lastS, lastId, exhausted = scanDead(3, tonumber(ARGV[10]), tonumber(ARGV[11]))
+local items = {}
+for _, id in ipairs(ids) do table.insert(items, view(id, ARGV[2] == '1')) end
+return { items, lastS, lastId, exhausted and 1 or 0 }
+`;
+
+/** Script sources by name; each gets the shared prelude. */
+export const REDIS_SCRIPTS = {
+  append: PRELUDE + APPEND,
+  claim: PRELUDE + CLAIM,
+  renew: PRELUDE + RENEW,
+  ack: PRELUDE + ACK,
+  retry: PRELUDE + RETRY,
+  deadLetter: PRELUDE + DEAD_LETTER,
+  release: PRELUDE + RELEASE,
+  replay: PRELUDE + REPLAY,
+  purge: PRELUDE + PURGE,
+  cleanup: PRELUDE + CLEANUP,
+  stats: PRELUDE + STATS,
+  now: PRELUDE + 'return now',
+  deadGet: PRELUDE + DEAD_VIEW + DEAD_GET,
+  deadList: PRELUDE + DEAD_VIEW + DEAD_LIST,
+} as const;
+
+export type RedisScriptName = keyof typeof REDIS_SCRIPTS;
