@@ -34,7 +34,8 @@ export class OutboxHandlerRegistry {
       );
     }
     this.byName.set(handler.name, handler);
-    for (const type of handler.types) this.byType.set(type, [...(this.byType.get(type) ?? []), handler.name]);
+    for (const type of handler.types)
+      this.byType.set(type, [...(this.byType.get(type) ?? []), handler.name]);
   }
 
   get(name: string): RegisteredHandler | undefined {

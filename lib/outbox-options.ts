@@ -27,7 +27,10 @@ export function defaultWorkerId(): string {
 function positiveInt(field: string, value: unknown, fallback: number, min = 1): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
-    throw new OutboxOptionsError(field, `expected an integer ≥ ${min}, got ${JSON.stringify(value)}`);
+    throw new OutboxOptionsError(
+      field,
+      `expected an integer ≥ ${min}, got ${JSON.stringify(value)}`,
+    );
   }
   return value;
 }
@@ -35,7 +38,10 @@ function positiveInt(field: string, value: unknown, fallback: number, min = 1): 
 function fraction(field: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || !(value >= 0 && value <= 1)) {
-    throw new OutboxOptionsError(field, `expected a number between 0 and 1, got ${JSON.stringify(value)}`);
+    throw new OutboxOptionsError(
+      field,
+      `expected a number between 0 and 1, got ${JSON.stringify(value)}`,
+    );
   }
   return value;
 }
@@ -68,9 +74,15 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
   const d = plainObject('dispatcher', root.dispatcher);
   const b = plainObject('dispatcher.backoff', d.backoff);
   if (d.enabled !== undefined && typeof d.enabled !== 'boolean') {
-    throw new OutboxOptionsError('dispatcher.enabled', `expected a boolean, got ${JSON.stringify(d.enabled)}`);
+    throw new OutboxOptionsError(
+      'dispatcher.enabled',
+      `expected a boolean, got ${JSON.stringify(d.enabled)}`,
+    );
   }
-  if (d.workerId !== undefined && (typeof d.workerId !== 'string' || !/^[\w.:@-]{1,128}$/.test(d.workerId))) {
+  if (
+    d.workerId !== undefined &&
+    (typeof d.workerId !== 'string' || !/^[\w.:@-]{1,128}$/.test(d.workerId))
+  ) {
     throw new OutboxOptionsError(
       'dispatcher.workerId',
       'expected 1–128 characters of letters, digits and . _ : @ -',
@@ -79,17 +91,28 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
   const leaseMs = positiveInt('dispatcher.leaseMs', d.leaseMs, 30_000, 100);
   const backoff = {
     initialMs: positiveInt('dispatcher.backoff.initialMs', b.initialMs, 1_000, 0),
-    factor: typeof b.factor === 'number' && b.factor >= 1 ? b.factor : b.factor === undefined ? 2 : NaN,
+    factor:
+      typeof b.factor === 'number' && b.factor >= 1 ? b.factor : b.factor === undefined ? 2 : NaN,
     maxMs: positiveInt('dispatcher.backoff.maxMs', b.maxMs, 300_000, 0),
     jitter: fraction('dispatcher.backoff.jitter', b.jitter, 0.2),
   };
   if (Number.isNaN(backoff.factor)) {
-    throw new OutboxOptionsError('dispatcher.backoff.factor', `expected a number ≥ 1, got ${JSON.stringify(b.factor)}`);
+    throw new OutboxOptionsError(
+      'dispatcher.backoff.factor',
+      `expected a number ≥ 1, got ${JSON.stringify(b.factor)}`,
+    );
   }
   if (backoff.maxMs < backoff.initialMs) {
-    throw new OutboxOptionsError('dispatcher.backoff.maxMs', 'must be ≥ dispatcher.backoff.initialMs');
+    throw new OutboxOptionsError(
+      'dispatcher.backoff.maxMs',
+      'must be ≥ dispatcher.backoff.initialMs',
+    );
   }
-  const storeErrorBackoffMs = positiveInt('dispatcher.storeErrorBackoffMs', d.storeErrorBackoffMs, 1_000);
+  const storeErrorBackoffMs = positiveInt(
+    'dispatcher.storeErrorBackoffMs',
+    d.storeErrorBackoffMs,
+    1_000,
+  );
   const dispatcher = {
     enabled: d.enabled ?? true,
     workerId: (d.workerId as string | undefined) ?? defaultWorkerId(),
@@ -114,7 +137,10 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
   const limits = { ...DEFAULT_LIMITS };
   for (const [name, value] of Object.entries(l)) {
     if (!(name in DEFAULT_LIMITS)) {
-      throw new OutboxOptionsError(`limits.${name}`, `unknown limit; known: ${Object.keys(DEFAULT_LIMITS).join(', ')}`);
+      throw new OutboxOptionsError(
+        `limits.${name}`,
+        `unknown limit; known: ${Object.keys(DEFAULT_LIMITS).join(', ')}`,
+      );
     }
     limits[name as keyof OutboxLimits] = positiveInt(`limits.${name}`, value, 0);
   }
@@ -125,7 +151,8 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
   }
   const retention = {
     deliveredMs: positiveInt('retention.deliveredMs', r.deliveredMs, 86_400_000, 0),
-    deadLetterMs: r.deadLetterMs === undefined ? 30 * 86_400_000 : (r.deadLetterMs as number | null),
+    deadLetterMs:
+      r.deadLetterMs === undefined ? 30 * 86_400_000 : (r.deadLetterMs as number | null),
     cleanupIntervalMs: positiveInt('retention.cleanupIntervalMs', r.cleanupIntervalMs, 60_000, 0),
     batchSize: positiveInt('retention.batchSize', r.batchSize, 1_000),
   };

@@ -34,25 +34,46 @@ export function validateEvent(
   }
   const { id, type, payload, key, headers } = input;
   if (id !== undefined && !isUuid(id)) {
-    throw new OutboxValidationError(`${path}.id`, 'expected a UUID (or omit it to have one generated)');
+    throw new OutboxValidationError(
+      `${path}.id`,
+      'expected a UUID (or omit it to have one generated)',
+    );
   }
-  if (typeof type !== 'string' || type.length < 1 || type.length > limits.typeMaxLength || !TYPE_PATTERN.test(type)) {
+  if (
+    typeof type !== 'string' ||
+    type.length < 1 ||
+    type.length > limits.typeMaxLength ||
+    !TYPE_PATTERN.test(type)
+  ) {
     throw new OutboxValidationError(
       `${path}.type`,
       `expected 1–${limits.typeMaxLength} characters of [A-Za-z0-9._:-], got ${JSON.stringify(type)?.slice(0, 80)}`,
     );
   }
-  if (key !== undefined && key !== null && (typeof key !== 'string' || key.length < 1 || key.length > limits.keyMaxLength)) {
-    throw new OutboxValidationError(`${path}.key`, `expected a string of 1–${limits.keyMaxLength} characters or null`);
+  if (
+    key !== undefined &&
+    key !== null &&
+    (typeof key !== 'string' || key.length < 1 || key.length > limits.keyMaxLength)
+  ) {
+    throw new OutboxValidationError(
+      `${path}.key`,
+      `expected a string of 1–${limits.keyMaxLength} characters or null`,
+    );
   }
   if (payload === undefined) {
-    throw new OutboxValidationError(`${path}.payload`, 'is required (use null for an empty payload)');
+    throw new OutboxValidationError(
+      `${path}.payload`,
+      'is required (use null for an empty payload)',
+    );
   }
   let serialized: string | undefined;
   try {
     serialized = JSON.stringify(payload);
   } catch (error) {
-    throw new OutboxValidationError(`${path}.payload`, `is not JSON-serializable: ${(error as Error).message}`);
+    throw new OutboxValidationError(
+      `${path}.payload`,
+      `is not JSON-serializable: ${(error as Error).message}`,
+    );
   }
   if (serialized === undefined) {
     throw new OutboxValidationError(`${path}.payload`, 'is not JSON-serializable');
@@ -71,14 +92,23 @@ export function validateEvent(
     }
     const entries = Object.entries(headers);
     if (entries.length > limits.headersMaxCount) {
-      throw new OutboxValidationError(`${path}.headers`, `has ${entries.length} entries, over the limit of ${limits.headersMaxCount}`);
+      throw new OutboxValidationError(
+        `${path}.headers`,
+        `has ${entries.length} entries, over the limit of ${limits.headersMaxCount}`,
+      );
     }
     for (const [name, value] of entries) {
       if (name.length < 1 || name.length > limits.headerNameMaxLength) {
-        throw new OutboxValidationError(`${path}.headers`, `header name "${name.slice(0, 40)}" must be 1–${limits.headerNameMaxLength} characters`);
+        throw new OutboxValidationError(
+          `${path}.headers`,
+          `header name "${name.slice(0, 40)}" must be 1–${limits.headerNameMaxLength} characters`,
+        );
       }
       if (typeof value !== 'string' || value.length > limits.headerValueMaxLength) {
-        throw new OutboxValidationError(`${path}.headers.${name}`, `expected a string of at most ${limits.headerValueMaxLength} characters`);
+        throw new OutboxValidationError(
+          `${path}.headers.${name}`,
+          `expected a string of at most ${limits.headerValueMaxLength} characters`,
+        );
       }
       normalizedHeaders[name] = value;
     }

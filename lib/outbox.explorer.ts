@@ -43,16 +43,25 @@ export class OutboxExplorer implements OnModuleInit {
         this.logger.warn(OutboxMessages.requestScopedHandler(source));
         continue;
       }
-      const options = mergeOptions(source, metadata.map((m) => m.options));
+      const options = mergeOptions(
+        source,
+        metadata.map((m) => m.options),
+      );
       const types = [...new Set(metadata.flatMap((m) => m.types))];
       for (const type of types) {
         if (typeof type !== 'string' || !TYPE_PATTERN.test(type)) {
-          throw new OutboxOptionsError(`@OutboxHandler type on ${source}`, `${JSON.stringify(type)} is not 1–255 characters of [A-Za-z0-9._:-]`);
+          throw new OutboxOptionsError(
+            `@OutboxHandler type on ${source}`,
+            `${JSON.stringify(type)} is not 1–255 characters of [A-Za-z0-9._:-]`,
+          );
         }
       }
       const name = options.name ?? source;
       if (name === UNEXPANDED_HANDLER || name.length > 255 || name.length === 0) {
-        throw new OutboxOptionsError(`@OutboxHandler name on ${source}`, 'must be 1–255 characters and not "*"');
+        throw new OutboxOptionsError(
+          `@OutboxHandler name on ${source}`,
+          'must be 1–255 characters and not "*"',
+        );
       }
       const invoke = this.contextCreator.create(
         instance,
@@ -82,7 +91,10 @@ export class OutboxExplorer implements OnModuleInit {
 function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandlerOptions {
   const names = new Set(all.map((o) => o.name).filter((n): n is string => n !== undefined));
   if (names.size > 1) {
-    throw new OutboxOptionsError(`@OutboxHandler name on ${source}`, `stacked decorators give different names (${[...names].join(', ')}); use one`);
+    throw new OutboxOptionsError(
+      `@OutboxHandler name on ${source}`,
+      `stacked decorators give different names (${[...names].join(', ')}); use one`,
+    );
   }
   const merged: OutboxHandlerOptions = Object.assign({}, ...all);
   for (const [field, value] of [
@@ -90,11 +102,17 @@ function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandle
     ['timeoutMs', merged.timeoutMs],
   ] as const) {
     if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
-      throw new OutboxOptionsError(`@OutboxHandler ${field} on ${source}`, `expected an integer ≥ 1, got ${JSON.stringify(value)}`);
+      throw new OutboxOptionsError(
+        `@OutboxHandler ${field} on ${source}`,
+        `expected an integer ≥ 1, got ${JSON.stringify(value)}`,
+      );
     }
   }
   if (merged.retryIf !== undefined && typeof merged.retryIf !== 'function') {
-    throw new OutboxOptionsError(`@OutboxHandler retryIf on ${source}`, 'expected a function (error, attempt) => boolean');
+    throw new OutboxOptionsError(
+      `@OutboxHandler retryIf on ${source}`,
+      'expected a function (error, attempt) => boolean',
+    );
   }
   return merged;
 }

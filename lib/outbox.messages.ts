@@ -9,14 +9,23 @@ export const OutboxMessages = {
     `Store ${operation} failed (${describe(error)}); retrying in ${retryInMs} ms`,
   leaseLost: (handler: string, deliveryId: string) =>
     `Lease lost for ${handler} on delivery ${deliveryId}; outcome discarded, it will be redelivered`,
-  handlerFailed: (handler: string, eventId: string, attempt: number, error: unknown, next: string) =>
+  handlerFailed: (
+    handler: string,
+    eventId: string,
+    attempt: number,
+    error: unknown,
+    next: string,
+  ) =>
     `Handler ${handler} failed on event ${eventId} (attempt ${attempt}): ${describe(error)}; ${next}`,
-  renewFailed: (deliveryId: string, error: unknown) => `Lease renewal for delivery ${deliveryId} failed: ${describe(error)}`,
+  renewFailed: (deliveryId: string, error: unknown) =>
+    `Lease renewal for delivery ${deliveryId} failed: ${describe(error)}`,
   shutdownTimeout: (inFlight: number, timeoutMs: number) =>
     `Shutdown: ${inFlight} handler(s) still running after ${timeoutMs} ms; aborting their signals and leaving their leases to expire`,
-  releaseFailed: (deliveryId: string, error: unknown) => `Could not release delivery ${deliveryId}: ${describe(error)}`,
+  releaseFailed: (deliveryId: string, error: unknown) =>
+    `Could not release delivery ${deliveryId}: ${describe(error)}`,
   cleanupFailed: (error: unknown) => `Retention cleanup failed: ${describe(error)}`,
-  cleanupDone: (events: number, deadLetters: number) => `Retention cleanup removed ${events} event(s) and ${deadLetters} dead letter(s)`,
+  cleanupDone: (events: number, deadLetters: number) =>
+    `Retention cleanup removed ${events} event(s) and ${deadLetters} dead letter(s)`,
   missingScheduler: () =>
     'The outbox dispatcher needs @nestjs/schedule: add ScheduleModule.forRoot() to your root module imports ' +
     '(or set dispatcher.enabled: false in processes that only append).',

@@ -9,5 +9,8 @@ export const {
 } = new ConfigurableModuleBuilder<OutboxModuleOptions>()
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createOutboxOptions')
-  .setExtras({ isGlobal: false }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
+  .setExtras({ isGlobal: false }, (definition, extras) => ({
+    ...definition,
+    global: extras.isGlobal,
+  }))
   .build();

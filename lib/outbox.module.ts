@@ -1,7 +1,10 @@
 import { Logger, Module } from '@nestjs/common';
 import { DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { OutboxDispatcher } from './dispatcher/outbox.dispatcher';
-import { OutboxModuleOptions, ResolvedOutboxOptions } from './interfaces/outbox-module-options.interface';
+import {
+  OutboxModuleOptions,
+  ResolvedOutboxOptions,
+} from './interfaces/outbox-module-options.interface';
 import { OutboxStore } from './interfaces/outbox-store.interface';
 import { OUTBOX_RESOLVED_OPTIONS, OUTBOX_STORE } from './outbox.constants';
 import { OutboxExplorer } from './outbox.explorer';
@@ -29,8 +32,15 @@ import { createOutboxStore } from './stores/store.factory';
     {
       provide: OUTBOX_STORE,
       inject: [OUTBOX_RESOLVED_OPTIONS, ModuleRef],
-      useFactory: async (options: ResolvedOutboxOptions, moduleRef: ModuleRef): Promise<OutboxStore> => {
-        const store = await createOutboxStore({ options, moduleRef, logger: new Logger('OutboxStore') });
+      useFactory: async (
+        options: ResolvedOutboxOptions,
+        moduleRef: ModuleRef,
+      ): Promise<OutboxStore> => {
+        const store = await createOutboxStore({
+          options,
+          moduleRef,
+          logger: new Logger('OutboxStore'),
+        });
         await store.init?.();
         return store;
       },
@@ -42,6 +52,12 @@ import { createOutboxStore } from './stores/store.factory';
     OutboxDispatcher,
     OutboxStoreLifecycle,
   ],
-  exports: [OutboxService, OutboxDispatcher, OUTBOX_STORE, OUTBOX_RESOLVED_OPTIONS, OutboxHandlerRegistry],
+  exports: [
+    OutboxService,
+    OutboxDispatcher,
+    OUTBOX_STORE,
+    OUTBOX_RESOLVED_OPTIONS,
+    OutboxHandlerRegistry,
+  ],
 })
 export class OutboxModule extends OutboxConfigurableModule {}

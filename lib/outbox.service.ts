@@ -30,7 +30,10 @@ export class OutboxService {
    * throws `DuplicateEventError` (SPEC §2.10).
    */
   append<T = unknown>(event: OutboxEventInput<T>, options?: AppendOptions): Promise<OutboxEvent<T>>;
-  append<T = unknown>(events: OutboxEventInput<T>[], options?: AppendOptions): Promise<OutboxEvent<T>[]>;
+  append<T = unknown>(
+    events: OutboxEventInput<T>[],
+    options?: AppendOptions,
+  ): Promise<OutboxEvent<T>[]>;
   async append<T>(
     input: OutboxEventInput<T> | OutboxEventInput<T>[],
     options: AppendOptions = {},
@@ -40,7 +43,10 @@ export class OutboxService {
     const { limits } = this.options;
     if (list.length === 0) return [];
     if (list.length > limits.appendMaxEvents) {
-      throw new OutboxValidationError('events', `has ${list.length} events, over the limit of ${limits.appendMaxEvents} per append (limits.appendMaxEvents)`);
+      throw new OutboxValidationError(
+        'events',
+        `has ${list.length} events, over the limit of ${limits.appendMaxEvents} per append (limits.appendMaxEvents)`,
+      );
     }
     const events: AppendableEvent[] = list.map((e, i) => {
       const valid = validateEvent(e, limits, single ? 'event' : `events[${i}]`);

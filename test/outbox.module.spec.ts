@@ -14,7 +14,10 @@ import {
 
 async function boot(options: unknown, providers: any[] = [], withSchedule = true) {
   const moduleRef = await Test.createTestingModule({
-    imports: [...(withSchedule ? [ScheduleModule.forRoot()] : []), OutboxModule.forRoot(options as OutboxModuleOptions)],
+    imports: [
+      ...(withSchedule ? [ScheduleModule.forRoot()] : []),
+      OutboxModule.forRoot(options as OutboxModuleOptions),
+    ],
     providers,
   }).compile();
   const app = moduleRef.createNestApplication({ logger: false });
@@ -26,8 +29,14 @@ describe('OutboxModule bootstrap', () => {
   it.each([
     [{ store: { type: 'memory' }, dispatcher: { concurrency: 0 } }, 'dispatcher.concurrency'],
     [{ store: { type: 'memory' }, dispatcher: { leaseMs: 'long' } }, 'dispatcher.leaseMs'],
-    [{ store: { type: 'memory' }, dispatcher: { backoff: { jitter: 2 } } }, 'dispatcher.backoff.jitter'],
-    [{ store: { type: 'memory' }, dispatcher: { backoff: { initialMs: 5000, maxMs: 10 } } }, 'dispatcher.backoff.maxMs'],
+    [
+      { store: { type: 'memory' }, dispatcher: { backoff: { jitter: 2 } } },
+      'dispatcher.backoff.jitter',
+    ],
+    [
+      { store: { type: 'memory' }, dispatcher: { backoff: { initialMs: 5000, maxMs: 10 } } },
+      'dispatcher.backoff.maxMs',
+    ],
     [{ store: { type: 'memory' }, dispatcher: { workerId: 'has spaces' } }, 'dispatcher.workerId'],
     [{ store: { type: 'memory' }, limits: { payloadMaxBytes: -1 } }, 'limits.payloadMaxBytes'],
     [{ store: { type: 'memory' }, limits: { bogus: 1 } }, 'limits.bogus'],
@@ -49,7 +58,9 @@ describe('OutboxModule bootstrap', () => {
     const previous = process.env.NODE_ENV;
     process.env.NODE_ENV = 'production';
     try {
-      await expect(boot({ store: { type: 'memory' } })).rejects.toThrow(/memory store .*production/);
+      await expect(boot({ store: { type: 'memory' } })).rejects.toThrow(
+        /memory store .*production/,
+      );
       const app = await boot({ store: { type: 'memory', allowInProduction: true } });
       await app.close();
     } finally {
@@ -68,12 +79,20 @@ describe('OutboxModule bootstrap', () => {
       @OutboxHandler('c.d', { name: 'same' })
       handle() {}
     }
-    await expect(boot({ store: { type: 'memory' } }, [One, Two])).rejects.toThrow(/"same".*One\.handle.*Two\.handle/);
+    await expect(boot({ store: { type: 'memory' } }, [One, Two])).rejects.toThrow(
+      /"same".*One\.handle.*Two\.handle/,
+    );
   });
 
   it('fails bootstrap with a clear hint when ScheduleModule is missing and the dispatcher is on', async () => {
-    await expect(boot({ store: { type: 'memory' } }, [], false)).rejects.toThrow(/ScheduleModule\.forRoot\(\)/);
-    const app = await boot({ store: { type: 'memory' }, dispatcher: { enabled: false } }, [], false);
+    await expect(boot({ store: { type: 'memory' } }, [], false)).rejects.toThrow(
+      /ScheduleModule\.forRoot\(\)/,
+    );
+    const app = await boot(
+      { store: { type: 'memory' }, dispatcher: { enabled: false } },
+      [],
+      false,
+    );
     await app.close();
   });
 
@@ -96,7 +115,9 @@ describe('OutboxModule bootstrap', () => {
       }
     }
     const app = await boot({ store: { type: 'memory' }, dispatcher: { enabled: false } }, [Multi]);
-    await app.get(OutboxService).append(['x.one', 'x.two', 'x.three'].map((type) => ({ type, payload: null })));
+    await app
+      .get(OutboxService)
+      .append(['x.one', 'x.two', 'x.three'].map((type) => ({ type, payload: null })));
     await app.get(OutboxDispatcher).drain();
     expect(seen.sort()).toEqual(['x.one', 'x.three', 'x.two']);
     await app.close();
@@ -121,7 +142,11 @@ describe('OutboxModule bootstrap', () => {
     class FeatureModule {}
 
     for (const async of [
-      { imports: [ConfigModule], inject: [Config], useFactory: (c: Config) => c.createOutboxOptions() },
+      {
+        imports: [ConfigModule],
+        inject: [Config],
+        useFactory: (c: Config) => c.createOutboxOptions(),
+      },
       { imports: [ConfigModule], useExisting: Config },
       { useClass: Config },
     ]) {
@@ -138,7 +163,11 @@ describe('OutboxModule bootstrap', () => {
 
   it('rejects bad async options at bootstrap too', async () => {
     const moduleRef = Test.createTestingModule({
-      imports: [OutboxModule.forRootAsync({ useFactory: () => ({ store: { type: 'memory' }, dispatcher: { batchSize: 0 } }) })],
+      imports: [
+        OutboxModule.forRootAsync({
+          useFactory: () => ({ store: { type: 'memory' }, dispatcher: { batchSize: 0 } }),
+        }),
+      ],
     });
     await expect(moduleRef.compile()).rejects.toThrow(/dispatcher\.batchSize/);
   });

@@ -20,7 +20,11 @@ describe('OutboxService.append', () => {
   }
 
   beforeAll(async () => {
-    t = await createOutboxApp([Handlers], { store, dispatcher: { enabled: false }, module: { limits: { payloadMaxBytes: 2048 } } });
+    t = await createOutboxApp([Handlers], {
+      store,
+      dispatcher: { enabled: false },
+      module: { limits: { payloadMaxBytes: 2048 } },
+    });
   });
   afterAll(() => t.app.close());
 
@@ -48,7 +52,12 @@ describe('OutboxService.append', () => {
       limit: 100,
       leaseMs: 1000,
     });
-    expect(claimed.filter((c) => c.event.id === e.id).map((c) => c.handler).sort()).toEqual(['Handlers.a', 'Handlers.b']);
+    expect(
+      claimed
+        .filter((c) => c.event.id === e.id)
+        .map((c) => c.handler)
+        .sort(),
+    ).toEqual(['Handlers.a', 'Handlers.b']);
   });
 
   it.each([
@@ -61,7 +70,14 @@ describe('OutboxService.append', () => {
     [{ type: 'ok', payload: 1, key: 'k'.repeat(513) }, 'event.key'],
     [{ type: 'ok', payload: 1, id: 'not-a-uuid' }, 'event.id'],
     [{ type: 'ok', payload: 1, headers: { a: 5 } }, 'event.headers.a'],
-    [{ type: 'ok', payload: 1, headers: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`h${i}`, 'v'])) }, 'event.headers'],
+    [
+      {
+        type: 'ok',
+        payload: 1,
+        headers: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`h${i}`, 'v'])),
+      },
+      'event.headers',
+    ],
     [{ type: 'ok', payload: 1, headers: { ['n'.repeat(129)]: 'v' } }, 'event.headers'],
     [{ type: 'ok', payload: 1, headers: { a: 'v'.repeat(1025) } }, 'event.headers.a'],
     [{ type: 'ok', payload: 1, availableAt: 'tomorrow' }, 'event.availableAt'],
@@ -91,7 +107,9 @@ describe('OutboxService.append', () => {
     const again = await t.outbox.append({ id, type: 'known.type', payload: { v: 1 } });
     expect(again.id).toBe(first.id);
     expect(await store.stats()).toEqual(before);
-    await expect(t.outbox.append({ id, type: 'known.type', payload: { v: 2 } })).rejects.toBeInstanceOf(DuplicateEventError);
+    await expect(
+      t.outbox.append({ id, type: 'known.type', payload: { v: 2 } }),
+    ).rejects.toBeInstanceOf(DuplicateEventError);
   });
 
   it('refuses more events than limits.appendMaxEvents in one call', async () => {

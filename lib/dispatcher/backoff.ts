@@ -1,8 +1,15 @@
 import { BackoffOptions } from '../interfaces/outbox-module-options.interface';
 
 /** Delay before the next attempt after `attempt` failed: exponential, capped, with ± jitter. */
-export function backoffDelay(attempt: number, backoff: Required<BackoffOptions>, random: () => number = Math.random): number {
-  const base = Math.min(backoff.maxMs, backoff.initialMs * Math.pow(backoff.factor, Math.max(0, attempt - 1)));
+export function backoffDelay(
+  attempt: number,
+  backoff: Required<BackoffOptions>,
+  random: () => number = Math.random,
+): number {
+  const base = Math.min(
+    backoff.maxMs,
+    backoff.initialMs * Math.pow(backoff.factor, Math.max(0, attempt - 1)),
+  );
   const spread = base * backoff.jitter * (2 * random() - 1);
   return Math.max(0, Math.min(backoff.maxMs, Math.round(base + spread)));
 }

@@ -106,7 +106,11 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const handlers = this.registry.all();
     if (handlers.length === 0) this.logger.warn(OutboxMessages.noHandlers());
     this.logger.log(
-      OutboxMessages.dispatcherStarted(this.workerId, handlers.length, new Set(handlers.flatMap((h) => h.types)).size),
+      OutboxMessages.dispatcherStarted(
+        this.workerId,
+        handlers.length,
+        new Set(handlers.flatMap((h) => h.types)).size,
+      ),
     );
     this.pollTimer = setInterval(() => this.poll(), this.config.pollInterval);
     this.scheduler.addInterval(OUTBOX_DISPATCHER_INTERVAL, this.pollTimer);
@@ -141,11 +145,15 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     let timer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
       Promise.allSettled(pending.map((f) => f.promise)).then(() => false),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), this.config.shutdownTimeoutMs))),
+      new Promise<boolean>(
+        (resolve) => (timer = setTimeout(() => resolve(true), this.config.shutdownTimeoutMs)),
+      ),
     ]);
     clearTimeout(timer);
     if (timedOut) {
-      this.logger.warn(OutboxMessages.shutdownTimeout(this.inFlight.size, this.config.shutdownTimeoutMs));
+      this.logger.warn(
+        OutboxMessages.shutdownTimeout(this.inFlight.size, this.config.shutdownTimeoutMs),
+      );
       for (const f of this.inFlight.values()) f.abort.abort(new OutboxShutdownError());
     }
   }
@@ -186,7 +194,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private resolveScheduler(): SchedulerRegistry {
     let registryClass: typeof SchedulerRegistry;
     try {
-      registryClass = (require('@nestjs/schedule') as typeof import('@nestjs/schedule')).SchedulerRegistry;
+      registryClass = (require('@nestjs/schedule') as typeof import('@nestjs/schedule'))
+        .SchedulerRegistry;
     } catch {
       throw new OutboxOptionsError('dispatcher', OutboxMessages.missingScheduler());
     }
@@ -214,7 +223,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   }
 
   /** Claims up to `limit` deliveries and launches them; returns how many it claimed. */
-  private async claimOnce(limit = Math.min(this.config.batchSize, this.config.concurrency)): Promise<number> {
+  private async claimOnce(
+    limit = Math.min(this.config.batchSize, this.config.concurrency),
+  ): Promise<number> {
     const subscriptions = this.registry.subscriptions();
     if (subscriptions.length === 0 || limit <= 0) return 0;
     let claimed: ClaimedDelivery[];
@@ -256,7 +267,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
 
   private storeFailed(operation: string, error: unknown): void {
     this.counters.storeErrors++;
-    this.counters.lastStoreError = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    this.counters.lastStoreError =
+      error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     this.consecutiveStoreErrors++;
     const delay = Math.min(
       this.config.storeErrorMaxBackoffMs,
@@ -280,7 +292,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const maxAttempts = handler.maxAttempts ?? this.config.maxAttempts;
     if (delivery.attempt > maxAttempts) {
       // Earlier attempts died with their worker (crash or lost lease) without reporting.
-      const error = new OutboxError(`No outcome reported by ${delivery.attempt - 1} attempt(s); the worker running them stopped`);
+      const error = new OutboxError(
+        `No outcome reported by ${delivery.attempt - 1} attempt(s); the worker running them stopped`,
+      );
       return this.finish(delivery, delivery.lease, handler, error, true);
     }
 
@@ -290,24 +304,27 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     let rejectLeaseLost!: (error: unknown) => void;
     const leaseLost = new Promise<never>((_, reject) => (rejectLeaseLost = reject));
     leaseLost.catch(() => undefined);
-    const renewTimer = setInterval(() => {
-      if (renewing || settled) return;
-      renewing = true;
-      this.store
-        .renew(lease, this.config.leaseMs)
-        .then((renewed) => {
-          if (!settled) lease = renewed;
-        })
-        .catch((error) => {
-          if (error instanceof LeaseLostError) {
-            abort.abort(error);
-            rejectLeaseLost(error);
-          } else {
-            this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error));
-          }
-        })
-        .finally(() => (renewing = false));
-    }, Math.max(1, Math.floor(this.config.leaseMs / 3)));
+    const renewTimer = setInterval(
+      () => {
+        if (renewing || settled) return;
+        renewing = true;
+        this.store
+          .renew(lease, this.config.leaseMs)
+          .then((renewed) => {
+            if (!settled) lease = renewed;
+          })
+          .catch((error) => {
+            if (error instanceof LeaseLostError) {
+              abort.abort(error);
+              rejectLeaseLost(error);
+            } else {
+              this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error));
+            }
+          })
+          .finally(() => (renewing = false));
+      },
+      Math.max(1, Math.floor(this.config.leaseMs / 3)),
+    );
 
     const timeoutMs = handler.timeoutMs ?? this.config.handlerTimeoutMs;
     let timeoutTimer: NodeJS.Timeout | undefined;
@@ -363,12 +380,20 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.counters.failed++;
       const error = this.describeError(failure, delivery.attempt);
       const maxAttempts = handler.maxAttempts ?? this.config.maxAttempts;
-      const rejected = failure instanceof NonRetryableError || this.retryRefused(handler, failure, delivery.attempt);
+      const rejected =
+        failure instanceof NonRetryableError ||
+        this.retryRefused(handler, failure, delivery.attempt);
       if (rejected || delivery.attempt >= maxAttempts) {
         await this.store.deadLetter(lease, rejected ? 'rejected' : 'exhausted', error);
         this.counters.deadLettered++;
         this.logger.error(
-          OutboxMessages.handlerFailed(handler.name, delivery.event.id, delivery.attempt, failure, `dead-lettered (${rejected ? 'rejected' : 'exhausted'})`),
+          OutboxMessages.handlerFailed(
+            handler.name,
+            delivery.event.id,
+            delivery.attempt,
+            failure,
+            `dead-lettered (${rejected ? 'rejected' : 'exhausted'})`,
+          ),
         );
         return;
       }
@@ -376,7 +401,13 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       await this.store.retry(lease, delay, error);
       this.counters.retried++;
       this.logger.warn(
-        OutboxMessages.handlerFailed(handler.name, delivery.event.id, delivery.attempt, failure, `retrying in ${delay} ms`),
+        OutboxMessages.handlerFailed(
+          handler.name,
+          delivery.event.id,
+          delivery.attempt,
+          failure,
+          `retrying in ${delay} ms`,
+        ),
       );
     } catch (error) {
       if (error instanceof LeaseLostError) {
@@ -401,7 +432,12 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const max = this.options.limits.errorMaxLength;
     const name = failure instanceof Error ? failure.name : typeof failure;
     const message = failure instanceof Error ? failure.message : safeString(failure);
-    return { name: name.slice(0, 255), message: message.slice(0, max), attempt, workerId: this.workerId };
+    return {
+      name: name.slice(0, 255),
+      message: message.slice(0, max),
+      attempt,
+      workerId: this.workerId,
+    };
   }
 
   private async cleanup(): Promise<void> {
@@ -427,7 +463,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
 
 function safeString(value: unknown): string {
   try {
-    return typeof value === 'string' ? value : JSON.stringify(value) ?? String(value);
+    return typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
   } catch {
     return String(value);
   }

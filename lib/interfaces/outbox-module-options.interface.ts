@@ -18,10 +18,7 @@ export interface CustomStoreOptions {
 }
 
 export type OutboxStoreOptions =
-  | MemoryStoreOptions
-  | CustomStoreOptions
-  | TypeOrmStoreOptions
-  | RedisStoreOptions;
+  MemoryStoreOptions | CustomStoreOptions | TypeOrmStoreOptions | RedisStoreOptions;
 
 export interface BackoffOptions {
   /** Delay after the first failed attempt. @default 1000 */
@@ -102,7 +99,9 @@ export interface OutboxModuleOptions {
 /** Options after defaults are applied and validated. */
 export interface ResolvedOutboxOptions {
   store: OutboxStoreOptions;
-  dispatcher: Required<Omit<OutboxDispatcherOptions, 'backoff'>> & { backoff: Required<BackoffOptions> };
+  dispatcher: Required<Omit<OutboxDispatcherOptions, 'backoff'>> & {
+    backoff: Required<BackoffOptions>;
+  };
   limits: OutboxLimits;
   retention: Required<OutboxRetentionOptions>;
 }

@@ -23,7 +23,7 @@ export async function createOutboxStore(ctx: StoreFactoryContext): Promise<Outbo
       if (process.env.NODE_ENV === 'production' && !store.allowInProduction) {
         throw new OutboxOptionsError(
           'store.type',
-          "the memory store loses every event when the process exits and refuses NODE_ENV=production; " +
+          'the memory store loses every event when the process exits and refuses NODE_ENV=production; ' +
             "use a durable store ({ type: 'typeorm' } or { type: 'redis' }) or set store.allowInProduction: true",
         );
       }
@@ -32,11 +32,13 @@ export async function createOutboxStore(ctx: StoreFactoryContext): Promise<Outbo
     case 'custom':
       return store.store;
     case 'typeorm': {
-      const { createTypeOrmOutboxStore } = require('./typeorm/typeorm-store.factory') as typeof import('./typeorm/typeorm-store.factory');
+      const { createTypeOrmOutboxStore } =
+        require('./typeorm/typeorm-store.factory') as typeof import('./typeorm/typeorm-store.factory');
       return createTypeOrmOutboxStore(store, ctx);
     }
     case 'redis': {
-      const { createRedisOutboxStore } = require('./redis/redis-store.factory') as typeof import('./redis/redis-store.factory');
+      const { createRedisOutboxStore } =
+        require('./redis/redis-store.factory') as typeof import('./redis/redis-store.factory');
       return createRedisOutboxStore(store, ctx);
     }
   }

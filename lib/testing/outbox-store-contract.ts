@@ -73,10 +73,19 @@ export function describeOutboxStoreContract(
       };
     }
 
-    const claim = (handlers: HandlerSubscription[], limit = 100, workerId = 'w1', lease = leaseMs) =>
-      store.claim({ workerId, handlers, limit, leaseMs: lease });
+    const claim = (
+      handlers: HandlerSubscription[],
+      limit = 100,
+      workerId = 'w1',
+      lease = leaseMs,
+    ) => store.claim({ workerId, handlers, limit, leaseMs: lease });
 
-    const err = (attempt: number, message = 'boom') => ({ name: 'Error', message, attempt, workerId: 'w1' });
+    const err = (attempt: number, message = 'boom') => ({
+      name: 'Error',
+      message,
+      attempt,
+      workerId: 'w1',
+    });
 
     async function ackAll(claimed: ClaimedDelivery[]) {
       for (const c of claimed) await store.ack(c.lease);
@@ -84,7 +93,10 @@ export function describeOutboxStoreContract(
 
     describe('append', () => {
       it('stores events and returns them with ids, payload and headers unchanged', async () => {
-        const payload = { text: 'héllo wörld — 日本語 🎉', nested: { list: [1, 2.5, null, true], empty: {} } };
+        const payload = {
+          text: 'héllo wörld — 日本語 🎉',
+          nested: { list: [1, 2.5, null, true], empty: {} },
+        };
         const e = event({ payload, key: 'k-1', headers: { traceparent: '00-abc', tenant: 't1' } });
         const [stored] = await store.append([e]);
         expect(stored.id).toBe(e.id);
@@ -92,7 +104,13 @@ export function describeOutboxStoreContract(
         expect(stored.availableAt).toBeInstanceOf(Date);
         const claimed = await claim([A]);
         expect(claimed).toHaveLength(1);
-        expect(claimed[0].event).toMatchObject({ id: e.id, type: 't.one', key: 'k-1', payload, headers: e.headers });
+        expect(claimed[0].event).toMatchObject({
+          id: e.id,
+          type: 't.one',
+          key: 'k-1',
+          payload,
+          headers: e.headers,
+        });
         expect(claimed[0].event.occurredAt.toISOString()).toBe('2026-01-01T00:00:00.000Z');
       });
 
@@ -117,14 +135,18 @@ export function describeOutboxStoreContract(
         const e = event();
         await store.append([e]);
         const other = event();
-        await expect(store.append([other, { ...e, payload: { n: 2 } }])).rejects.toBeInstanceOf(DuplicateEventError);
+        await expect(store.append([other, { ...e, payload: { n: 2 } }])).rejects.toBeInstanceOf(
+          DuplicateEventError,
+        );
         const claimed = await claim([A]);
         expect(claimed.map((c) => c.event.id)).toEqual([e.id]);
       });
 
       it('holds an event until its availableAt', async () => {
         const now = await store.now();
-        await store.append([event({ availableAt: new Date(now.getTime() + leaseMs), handlers: ['A.handle'] })]);
+        await store.append([
+          event({ availableAt: new Date(now.getTime() + leaseMs), handlers: ['A.handle'] }),
+        ]);
         expect(await claim([A])).toHaveLength(0);
         await advance(leaseMs + 50);
         expect(await claim([A])).toHaveLength(1);
@@ -133,7 +155,10 @@ export function describeOutboxStoreContract(
 
     describe('claim', () => {
       it('claims only the types it has handlers for; others wait and are counted', async () => {
-        await store.append([event({ type: 'other.type', handlers: [] }), event({ type: 't.two', handlers: ['A.handle'] })]);
+        await store.append([
+          event({ type: 'other.type', handlers: [] }),
+          event({ type: 't.two', handlers: ['A.handle'] }),
+        ]);
         const claimed = await claim([B]);
         expect(claimed).toHaveLength(0);
         const mine = await claim([A]);
@@ -166,7 +191,9 @@ export function describeOutboxStoreContract(
       });
 
       it('respects the limit and claims oldest first', async () => {
-        const events = Array.from({ length: 5 }, (_, i) => event({ payload: { i }, handlers: ['A.handle'] }));
+        const events = Array.from({ length: 5 }, (_, i) =>
+          event({ payload: { i }, handlers: ['A.handle'] }),
+        );
         for (const e of events) await store.append([e]);
         const first = await claim([A], 3);
         expect(first.map((c) => c.event.id)).toEqual(events.slice(0, 3).map((e) => e.id));
@@ -197,7 +224,9 @@ export function describeOutboxStoreContract(
         for (const lease of forged) {
           await expect(store.ack(lease)).rejects.toBeInstanceOf(LeaseLostError);
           await expect(store.retry(lease, 0, err(1))).rejects.toBeInstanceOf(LeaseLostError);
-          await expect(store.deadLetter(lease, 'rejected', err(1))).rejects.toBeInstanceOf(LeaseLostError);
+          await expect(store.deadLetter(lease, 'rejected', err(1))).rejects.toBeInstanceOf(
+            LeaseLostError,
+          );
           await expect(store.renew(lease, leaseMs)).rejects.toBeInstanceOf(LeaseLostError);
           await expect(store.release(lease)).rejects.toBeInstanceOf(LeaseLostError);
         }
@@ -216,7 +245,9 @@ export function describeOutboxStoreContract(
         expect(fresh.attempt).toBe(2);
         await expect(store.ack(old.lease)).rejects.toBeInstanceOf(LeaseLostError);
         await expect(store.retry(old.lease, 0, err(1))).rejects.toBeInstanceOf(LeaseLostError);
-        await expect(store.deadLetter(old.lease, 'exhausted', err(1))).rejects.toBeInstanceOf(LeaseLostError);
+        await expect(store.deadLetter(old.lease, 'exhausted', err(1))).rejects.toBeInstanceOf(
+          LeaseLostError,
+        );
         await expect(store.renew(old.lease, leaseMs)).rejects.toBeInstanceOf(LeaseLostError);
         await store.ack(fresh.lease);
       });
@@ -270,7 +301,9 @@ export function describeOutboxStoreContract(
 
     describe('per-key order', () => {
       it('holds later events of a key while an earlier one is pending, leased or waiting to retry', async () => {
-        const [e1, e2, e3] = [1, 2, 3].map((n) => event({ key: 'order-1', payload: { n }, handlers: ['A.handle'] }));
+        const [e1, e2, e3] = [1, 2, 3].map((n) =>
+          event({ key: 'order-1', payload: { n }, handlers: ['A.handle'] }),
+        );
         await store.append([e1]);
         await store.append([e2, e3]);
         const other = event({ key: 'order-2', handlers: ['A.handle'] });
@@ -305,7 +338,9 @@ export function describeOutboxStoreContract(
       });
 
       it('releases the key when the earlier delivery is dead-lettered', async () => {
-        const [e1, e2] = [1, 2].map((n) => event({ key: 'k', payload: { n }, handlers: ['A.handle'] }));
+        const [e1, e2] = [1, 2].map((n) =>
+          event({ key: 'k', payload: { n }, handlers: ['A.handle'] }),
+        );
         await store.append([e1, e2]);
         const [c1] = await claim([A]);
         await store.deadLetter(c1.lease, 'rejected', err(1));
@@ -369,7 +404,12 @@ export function describeOutboxStoreContract(
       it('records reason rejected', async () => {
         await store.append([event({ handlers: ['A.handle'] })]);
         const [c] = await claim([A]);
-        await store.deadLetter(c.lease, 'rejected', { name: 'NonRetryableError', message: 'bad', attempt: 1, workerId: 'w1' });
+        await store.deadLetter(c.lease, 'rejected', {
+          name: 'NonRetryableError',
+          message: 'bad',
+          attempt: 1,
+          workerId: 'w1',
+        });
         expect(await store.getDeadLetter(c.id)).toMatchObject({ reason: 'rejected', attempts: 1 });
       });
 
@@ -432,7 +472,8 @@ export function describeOutboxStoreContract(
 
       it('pages through dead letters with a keyset cursor, no gaps or repeats', async () => {
         const ids = new Set<string>();
-        for (let i = 0; i < 23; i++) ids.add((await makeDead({ type: i % 2 ? 't.one' : 't.two' })).deliveryId);
+        for (let i = 0; i < 23; i++)
+          ids.add((await makeDead({ type: i % 2 ? 't.one' : 't.two' })).deliveryId);
         const seen: string[] = [];
         let cursor: string | undefined;
         let pages = 0;
@@ -458,7 +499,12 @@ export function describeOutboxStoreContract(
         const rows = await store.summarizeDeadLetters({});
         expect(rows).toEqual(
           expect.arrayContaining([
-            expect.objectContaining({ type: 't.one', handler: 'A.handle', errorName: 'Error', count: 2 }),
+            expect.objectContaining({
+              type: 't.one',
+              handler: 'A.handle',
+              errorName: 'Error',
+              count: 2,
+            }),
             expect.objectContaining({ type: 't.two', handler: 'A.handle', count: 1 }),
           ]),
         );
@@ -468,7 +514,10 @@ export function describeOutboxStoreContract(
 
     describe('stats and cleanup', () => {
       it('counts pending, due, leased and dead per type', async () => {
-        await store.append([event({ type: 't.one' }), event({ type: 't.two', handlers: ['A.handle'] })]);
+        await store.append([
+          event({ type: 't.one' }),
+          event({ type: 't.two', handlers: ['A.handle'] }),
+        ]);
         let stats = await store.stats();
         expect(stats).toMatchObject({ pending: 3, due: 3, leased: 0, dead: 0 });
         expect(stats.byType['t.one']).toEqual({ pending: 2, leased: 0, dead: 0 });
@@ -482,17 +531,33 @@ export function describeOutboxStoreContract(
       });
 
       it('removes delivered events after their retention, in bounded batches', async () => {
-        await store.append([event({ handlers: ['A.handle'] }), event({ handlers: ['A.handle'] }), event()]);
+        await store.append([
+          event({ handlers: ['A.handle'] }),
+          event({ handlers: ['A.handle'] }),
+          event(),
+        ]);
         await ackAll(await claim([A]));
         await advance(20);
-        const first = await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: null, batchSize: 1 });
+        const first = await store.cleanup({
+          deliveredRetentionMs: 0,
+          deadLetterRetentionMs: null,
+          batchSize: 1,
+        });
         expect(first.events).toBe(1);
-        const second = await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: null, batchSize: 10 });
+        const second = await store.cleanup({
+          deliveredRetentionMs: 0,
+          deadLetterRetentionMs: null,
+          batchSize: 10,
+        });
         // The third event still has B's delivery pending, so it stays.
         expect(second.events).toBe(1);
         expect((await store.stats()).pending).toBe(1);
         expect((await claim([B])).length).toBe(1);
-        const kept = await store.cleanup({ deliveredRetentionMs: 3_600_000, deadLetterRetentionMs: null, batchSize: 10 });
+        const kept = await store.cleanup({
+          deliveredRetentionMs: 3_600_000,
+          deadLetterRetentionMs: null,
+          batchSize: 10,
+        });
         expect(kept.events).toBe(0);
       });
 
@@ -500,9 +565,25 @@ export function describeOutboxStoreContract(
         await store.append([event({ handlers: ['A.handle'] })]);
         const [c] = await claim([A]);
         await store.deadLetter(c.lease, 'rejected', err(1));
-        expect((await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: 3_600_000, batchSize: 10 })).deadLetters).toBe(0);
+        expect(
+          (
+            await store.cleanup({
+              deliveredRetentionMs: 0,
+              deadLetterRetentionMs: 3_600_000,
+              batchSize: 10,
+            })
+          ).deadLetters,
+        ).toBe(0);
         await advance(20);
-        expect((await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: 0, batchSize: 10 })).deadLetters).toBe(1);
+        expect(
+          (
+            await store.cleanup({
+              deliveredRetentionMs: 0,
+              deadLetterRetentionMs: 0,
+              batchSize: 10,
+            })
+          ).deadLetters,
+        ).toBe(1);
         expect(await store.getDeadLetter(c.id)).toBeNull();
       });
     });

@@ -4,7 +4,9 @@ describe('backoffDelay', () => {
   const defaults = { initialMs: 1_000, factor: 2, maxMs: 300_000, jitter: 0 };
 
   it('doubles from 1 s and caps at 5 min by default', () => {
-    expect([1, 2, 3, 4].map((a) => backoffDelay(a, defaults))).toEqual([1_000, 2_000, 4_000, 8_000]);
+    expect([1, 2, 3, 4].map((a) => backoffDelay(a, defaults))).toEqual([
+      1_000, 2_000, 4_000, 8_000,
+    ]);
     expect(backoffDelay(10, defaults)).toBe(300_000);
     expect(backoffDelay(50, defaults)).toBe(300_000);
   });

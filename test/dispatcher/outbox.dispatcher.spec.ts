@@ -16,7 +16,10 @@ describe('OutboxDispatcher', () => {
   let t: TestApp | undefined;
 
   beforeEach(() => {
-    jest.useFakeTimers({ now: new Date('2026-06-01T00:00:00Z'), doNotFake: ['nextTick', 'setImmediate'] });
+    jest.useFakeTimers({
+      now: new Date('2026-06-01T00:00:00Z'),
+      doNotFake: ['nextTick', 'setImmediate'],
+    });
   });
   afterEach(async () => {
     await t?.app.close();
@@ -37,7 +40,12 @@ describe('OutboxDispatcher', () => {
     const stored = await t.outbox.append({ type: 'user.created', payload: { id: 7 }, key: 'u7' });
     await tick(150);
     expect(seen).toHaveLength(1);
-    expect(seen[0][0]).toMatchObject({ id: stored.id, type: 'user.created', payload: { id: 7 }, key: 'u7' });
+    expect(seen[0][0]).toMatchObject({
+      id: stored.id,
+      type: 'user.created',
+      payload: { id: 7 },
+      key: 'u7',
+    });
     expect(seen[0][1]).toMatchObject({ attempt: 1, workerId: 'worker-1', handler: 'H.handle' });
     expect(seen[0][1].signal.aborted).toBe(false);
     expect(t.dispatcher.stats()).toMatchObject({ succeeded: 1, failed: 0, inFlight: 0 });
@@ -56,14 +64,24 @@ describe('OutboxDispatcher', () => {
         await gate.promise;
       }
     }
-    t = await createOutboxApp([Slow], { store, dispatcher: { leaseMs: 1_000, handlerTimeoutMs: 60_000 } });
+    t = await createOutboxApp([Slow], {
+      store,
+      dispatcher: { leaseMs: 1_000, handlerTimeoutMs: 60_000 },
+    });
     await t.outbox.append({ type: 'slow.job', payload: {} });
     await tick(150);
     expect(runs).toBe(1);
     for (let i = 0; i < 30; i++) {
       await tick(100);
       // A rival worker polling the same store finds nothing to take over.
-      expect(await store.claim({ workerId: 'rival', handlers: [{ name: 'Slow.handle', types: ['slow.job'] }], limit: 10, leaseMs: 1_000 })).toEqual([]);
+      expect(
+        await store.claim({
+          workerId: 'rival',
+          handlers: [{ name: 'Slow.handle', types: ['slow.job'] }],
+          limit: 10,
+          leaseMs: 1_000,
+        }),
+      ).toEqual([]);
     }
     gate.resolve();
     await tick(150);
@@ -104,7 +122,9 @@ describe('OutboxDispatcher', () => {
       }
     }
     t = await createOutboxApp([Ordered], { dispatcher: { concurrency: 5 } });
-    await t.outbox.append([1, 2, 3].map((n) => ({ type: 'acct.changed', payload: { n }, key: 'acct-1' })));
+    await t.outbox.append(
+      [1, 2, 3].map((n) => ({ type: 'acct.changed', payload: { n }, key: 'acct-1' })),
+    );
     await t.outbox.append({ type: 'acct.changed', payload: { n: 99 }, key: 'acct-2' });
     await tick(3_000);
     expect(order.filter((n) => n !== 99)).toEqual([1, 2, 3]);
@@ -141,15 +161,25 @@ describe('OutboxDispatcher', () => {
     expect(byHandler['Failing.reject']).toMatchObject({ reason: 'rejected', attempts: 1 });
     expect(byHandler['Failing.picky']).toMatchObject({ reason: 'rejected', attempts: 1 });
     expect(byHandler['Failing.fail']).toMatchObject({ reason: 'exhausted', attempts: 3 });
-    expect(byHandler['Failing.fail'].errors.map((e) => e.name)).toEqual(['TypeError', 'TypeError', 'TypeError']);
-    expect(byHandler['Failing.reject'].errors[0]).toMatchObject({ name: 'NonRetryableError', message: 'payload can never be processed' });
+    expect(byHandler['Failing.fail'].errors.map((e) => e.name)).toEqual([
+      'TypeError',
+      'TypeError',
+      'TypeError',
+    ]);
+    expect(byHandler['Failing.reject'].errors[0]).toMatchObject({
+      name: 'NonRetryableError',
+      message: 'payload can never be processed',
+    });
   });
 
   it('backs off exponentially between attempts', async () => {
     const attemptsAt: number[] = [];
     @Injectable()
     class Backoff {
-      @OutboxHandler('retry.me', { maxAttempts: 4, backoff: { initialMs: 1_000, factor: 2, jitter: 0 } })
+      @OutboxHandler('retry.me', {
+        maxAttempts: 4,
+        backoff: { initialMs: 1_000, factor: 2, jitter: 0 },
+      })
       handle() {
         attemptsAt.push(Date.now());
         throw new Error('nope');
@@ -201,7 +231,9 @@ describe('OutboxDispatcher', () => {
         done++;
       }
     }
-    t = await createOutboxApp([Busy], { dispatcher: { concurrency: 3, batchSize: 10, pollInterval: 60_000 } });
+    t = await createOutboxApp([Busy], {
+      dispatcher: { concurrency: 3, batchSize: 10, pollInterval: 60_000 },
+    });
     await t.outbox.append(Array.from({ length: 20 }, (_, i) => ({ type: 'work', payload: { i } })));
     // No poll interval passes: only the start poll and the immediate re-polls run.
     await t.dispatcher.drain();
@@ -218,8 +250,12 @@ describe('OutboxDispatcher', () => {
         done++;
       }
     }
-    t = await createOutboxApp([Quick], { dispatcher: { batchSize: 5, concurrency: 5, pollInterval: 60_000 } });
-    await t.outbox.append(Array.from({ length: 23 }, (_, i) => ({ type: 'quick', payload: { i } })));
+    t = await createOutboxApp([Quick], {
+      dispatcher: { batchSize: 5, concurrency: 5, pollInterval: 60_000 },
+    });
+    await t.outbox.append(
+      Array.from({ length: 23 }, (_, i) => ({ type: 'quick', payload: { i } })),
+    );
     await tick(60_000); // one interval: the first poll finds a full batch and keeps going
     for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
     expect(done).toBe(23);
@@ -273,7 +309,10 @@ describe('OutboxDispatcher', () => {
       }
     }
     try {
-      t = await createOutboxApp([Patient], { store, dispatcher: { storeErrorBackoffMs: 200, storeErrorMaxBackoffMs: 1_000 } });
+      t = await createOutboxApp([Patient], {
+        store,
+        dispatcher: { storeErrorBackoffMs: 200, storeErrorMaxBackoffMs: 1_000 },
+      });
       await t.outbox.append({ type: 'patient', payload: {} });
       await tick(2_000);
       expect(handled).toBe(0);
@@ -362,7 +401,12 @@ describe('OutboxDispatcher', () => {
     await closing;
     t = undefined;
     expect(handled).toBe(0);
-    const [again] = await realClaim({ workerId: 'next', handlers: [{ name: 'Late.handle', types: ['late'] }], limit: 1, leaseMs: 1000 });
+    const [again] = await realClaim({
+      workerId: 'next',
+      handlers: [{ name: 'Late.handle', types: ['late'] }],
+      limit: 1,
+      leaseMs: 1000,
+    });
     expect(again.attempt).toBe(1);
   });
 
@@ -385,7 +429,10 @@ describe('OutboxDispatcher', () => {
     await tick(150);
     expect(handled).toBe(1);
     t.dispatcher.pause();
-    await t.outbox.append([{ type: 'p', payload: {} }, { type: 'p', payload: {} }]);
+    await t.outbox.append([
+      { type: 'p', payload: {} },
+      { type: 'p', payload: {} },
+    ]);
     await t.dispatcher.drain();
     expect(handled).toBe(3);
   });

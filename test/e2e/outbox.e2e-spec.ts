@@ -62,7 +62,10 @@ class Registration {
 @Module({
   imports: [
     ScheduleModule.forRoot(),
-    OutboxModule.forRoot({ store: { type: 'memory' }, dispatcher: { pollInterval: 20, leaseMs: 2_000 } }),
+    OutboxModule.forRoot({
+      store: { type: 'memory' },
+      dispatcher: { pollInterval: 20, leaseMs: 2_000 },
+    }),
   ],
   providers: [Mailer, Registration, AuditInterceptor],
 })
@@ -88,14 +91,21 @@ describe('outbox end to end (real app, memory store)', () => {
       mailer.failuresLeft = 0;
       await registration.register('ada@example.com');
       await waitFor(() => mailer.sent.includes('ada@example.com'));
-      expect(AuditInterceptor.calls).toEqual([{ type: 'user.registered', contextType: 'outbox', outcome: 'ok' }]);
+      expect(AuditInterceptor.calls).toEqual([
+        { type: 'user.registered', contextType: 'outbox', outcome: 'ok' },
+      ]);
 
       mailer.failuresLeft = Infinity;
       const event = await registration.register('bob@example.com');
       await waitFor(async () => (await registration.store.stats()).dead === 1);
       const { items } = await registration.store.listDeadLetters({ limit: 10 });
       expect(items).toHaveLength(1);
-      expect(items[0]).toMatchObject({ eventId: event.id, handler: 'Mailer.sendWelcome', reason: 'exhausted', attempts: 3 });
+      expect(items[0]).toMatchObject({
+        eventId: event.id,
+        handler: 'Mailer.sendWelcome',
+        reason: 'exhausted',
+        attempts: 3,
+      });
       expect(items[0].errors.map((e) => e.message)).toEqual([
         'SMTP down (attempt 1)',
         'SMTP down (attempt 2)',

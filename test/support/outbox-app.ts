@@ -22,7 +22,11 @@ export interface TestApp {
 /** Builds a real Nest app with OutboxModule on the given store (a fresh memory store by default). */
 export async function createOutboxApp(
   providers: Provider[],
-  options: { store?: OutboxStore; dispatcher?: OutboxDispatcherOptions; module?: Partial<OutboxModuleOptions> } = {},
+  options: {
+    store?: OutboxStore;
+    dispatcher?: OutboxDispatcherOptions;
+    module?: Partial<OutboxModuleOptions>;
+  } = {},
 ): Promise<TestApp> {
   const store = options.store ?? new MemoryOutboxStore();
   const moduleRef = await Test.createTestingModule({
@@ -30,7 +34,12 @@ export async function createOutboxApp(
       ScheduleModule.forRoot(),
       OutboxModule.forRoot({
         store: { type: 'custom', store },
-        dispatcher: { pollInterval: 100, leaseMs: 3_000, backoff: { initialMs: 100, jitter: 0 }, ...options.dispatcher },
+        dispatcher: {
+          pollInterval: 100,
+          leaseMs: 3_000,
+          backoff: { initialMs: 100, jitter: 0 },
+          ...options.dispatcher,
+        },
         ...options.module,
       }),
     ],

@@ -3,9 +3,14 @@ import { Socket } from 'node:net';
 /** Services the integration tests talk to, overridable by environment. */
 export const SERVICES = {
   postgres: { host: process.env.PGHOST ?? '127.0.0.1', port: Number(process.env.PGPORT ?? 5432) },
-  mariadb: { host: process.env.MYSQL_HOST ?? '127.0.0.1', port: Number(process.env.MYSQL_PORT ?? 3306) },
-  redis: { host: process.env.REDIS_HOST ?? '127.0.0.1', port: Number(process.env.REDIS_PORT ?? 6379) },
-  rabbitmq: { host: '127.0.0.1', port: 5672 },
+  mariadb: {
+    host: process.env.MYSQL_HOST ?? '127.0.0.1',
+    port: Number(process.env.MYSQL_PORT ?? 3306),
+  },
+  redis: {
+    host: process.env.REDIS_HOST ?? '127.0.0.1',
+    port: Number(process.env.REDIS_PORT ?? 6379),
+  },
   nats: { host: '127.0.0.1', port: 4222 },
 } as const;
 
@@ -34,10 +39,14 @@ export async function probeServices(): Promise<void> {
   }
   if (missing.length === 0) return;
   if (process.env.CI === 'true') {
-    throw new Error(`Services missing under CI=true: ${missing.join(', ')}. .ci/run should have started them.`);
+    throw new Error(
+      `Services missing under CI=true: ${missing.join(', ')}. .ci/run should have started them.`,
+    );
   }
   process.env.OUTBOX_TEST_MISSING = missing.map((m) => m.split(' ')[0]).join(',');
-  console.warn(`\n!!! SKIPPING tests that need: ${missing.join(', ')}. Start them to run those tests. !!!\n`);
+  console.warn(
+    `\n!!! SKIPPING tests that need: ${missing.join(', ')}. Start them to run those tests. !!!\n`,
+  );
 }
 
 export function serviceUp(name: ServiceName): boolean {

@@ -100,7 +100,8 @@ export class MemoryOutboxStore implements OutboxStore {
         seq: ++this.seq,
       };
       this.events.set(stored.id, stored);
-      const handlers = event.handlers.length > 0 ? [...new Set(event.handlers)] : [UNEXPANDED_HANDLER];
+      const handlers =
+        event.handlers.length > 0 ? [...new Set(event.handlers)] : [UNEXPANDED_HANDLER];
       for (const handler of handlers) this.addDelivery(stored, handler);
       result.push(publicEvent(stored));
     }
@@ -130,7 +131,8 @@ export class MemoryOutboxStore implements OutboxStore {
     const now = this.ms();
     const handlersByType = new Map<string, string[]>();
     for (const h of request.handlers) {
-      for (const type of h.types) handlersByType.set(type, [...(handlersByType.get(type) ?? []), h.name]);
+      for (const type of h.types)
+        handlersByType.set(type, [...(handlersByType.get(type) ?? []), h.name]);
     }
     this.expand(handlersByType);
     const names = new Set(request.handlers.map((h) => h.name));
@@ -160,7 +162,12 @@ export class MemoryOutboxStore implements OutboxStore {
         handler: d.handler,
         attempt: d.attempts,
         event: publicEvent(event),
-        lease: { deliveryId: d.id, owner: d.owner, token: d.token, leaseUntil: new Date(d.leaseUntil) },
+        lease: {
+          deliveryId: d.id,
+          owner: d.owner,
+          token: d.token,
+          leaseUntil: new Date(d.leaseUntil),
+        },
       });
     }
     return claimed;
@@ -183,7 +190,13 @@ export class MemoryOutboxStore implements OutboxStore {
 
   private owned(lease: Lease): StoredDelivery {
     const d = this.deliveries.get(lease.deliveryId);
-    if (!d || d.status !== 'leased' || d.owner !== lease.owner || d.token !== lease.token || d.leaseUntil <= this.ms()) {
+    if (
+      !d ||
+      d.status !== 'leased' ||
+      d.owner !== lease.owner ||
+      d.token !== lease.token ||
+      d.leaseUntil <= this.ms()
+    ) {
       throw new LeaseLostError(lease.deliveryId, lease.owner);
     }
     return d;
@@ -207,7 +220,11 @@ export class MemoryOutboxStore implements OutboxStore {
     d.availableAt = this.ms() + Math.max(0, delayMs);
   }
 
-  async deadLetter(lease: Lease, reason: DeadLetterReason, error: DeliveryErrorInput): Promise<void> {
+  async deadLetter(
+    lease: Lease,
+    reason: DeadLetterReason,
+    error: DeliveryErrorInput,
+  ): Promise<void> {
     const d = this.owned(lease);
     this.recordError(d, error);
     this.settle(d, 'dead');
@@ -270,13 +287,19 @@ export class MemoryOutboxStore implements OutboxStore {
   async listDeadLetters(query: DeadLetterPageQuery): Promise<DeadLetterPage> {
     const after = query.cursor ? decodeCursor(query.cursor) : null;
     const all = this.deadLetters(query).filter(
-      (d) => !after || d.doneAt > after.deadAt.getTime() || (d.doneAt === after.deadAt.getTime() && d.id > after.id),
+      (d) =>
+        !after ||
+        d.doneAt > after.deadAt.getTime() ||
+        (d.doneAt === after.deadAt.getTime() && d.id > after.id),
     );
     const page = all.slice(0, query.limit);
     const last = page[page.length - 1];
     return {
       items: page.map((d) => this.view(d)),
-      nextCursor: all.length > page.length && last ? encodeCursor({ deadAt: new Date(last.doneAt), id: last.id }) : null,
+      nextCursor:
+        all.length > page.length && last
+          ? encodeCursor({ deadAt: new Date(last.doneAt), id: last.id })
+          : null,
     };
   }
 
@@ -307,7 +330,9 @@ export class MemoryOutboxStore implements OutboxStore {
 
   private select(selector: DeadLetterSelector): StoredDelivery[] {
     if ('ids' in selector) {
-      return selector.ids.map((id) => this.deliveries.get(id)).filter((d): d is StoredDelivery => d?.status === 'dead');
+      return selector.ids
+        .map((id) => this.deliveries.get(id))
+        .filter((d): d is StoredDelivery => d?.status === 'dead');
     }
     return this.deadLetters(selector.filter);
   }
@@ -339,7 +364,14 @@ export class MemoryOutboxStore implements OutboxStore {
 
   async stats(): Promise<OutboxStoreStats> {
     const now = this.ms();
-    const stats: OutboxStoreStats = { pending: 0, due: 0, leased: 0, dead: 0, oldestPendingAgeMs: 0, byType: {} };
+    const stats: OutboxStoreStats = {
+      pending: 0,
+      due: 0,
+      leased: 0,
+      dead: 0,
+      oldestPendingAgeMs: 0,
+      byType: {},
+    };
     for (const d of this.deliveries.values()) {
       if (d.status === 'delivered') continue;
       const type = this.events.get(d.eventId)!.type;
@@ -376,7 +408,8 @@ export class MemoryOutboxStore implements OutboxStore {
     }
     const cutoff = now - options.deliveredRetentionMs;
     const byEvent = new Map<string, StoredDelivery[]>();
-    for (const d of this.deliveries.values()) byEvent.set(d.eventId, [...(byEvent.get(d.eventId) ?? []), d]);
+    for (const d of this.deliveries.values())
+      byEvent.set(d.eventId, [...(byEvent.get(d.eventId) ?? []), d]);
     for (const [eventId, ds] of byEvent) {
       if (result.events >= options.batchSize) break;
       if (ds.every((d) => d.status === 'delivered' && d.doneAt < cutoff)) {
