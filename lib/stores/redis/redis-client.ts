@@ -32,29 +32,46 @@ export function clientKeyPrefix(client: RedisClientLike): string {
   return options?.keyPrefix ?? options?.redisOptions?.keyPrefix ?? '';
 }
 
-const SHAS = Object.fromEntries(
-  Object.entries(REDIS_SCRIPTS).map(([name, src]) => [
-    name,
-    createHash('sha1').update(src).digest('hex'),
-  ]),
-) as Record<RedisScriptName, string>;
+/** A Lua script with its SHA1, for EVALSHA. */
+export interface LuaScript {
+  src: string;
+  sha: string;
+}
+
+export function luaScript(src: string): LuaScript {
+  return { src, sha: createHash('sha1').update(src).digest('hex') };
+}
+
+const SCRIPTS = Object.fromEntries(
+  Object.entries(REDIS_SCRIPTS).map(([name, src]) => [name, luaScript(src)]),
+) as Record<RedisScriptName, LuaScript>;
 
 /**
  * Runs a script by EVALSHA and falls back to EVAL when the server lost its script cache (restart,
  * failover, SCRIPT FLUSH). Not `defineCommand`: that would add methods to the application's client.
  */
-export async function runScript(
+export async function evalScript(
+  client: RedisClientLike,
+  script: LuaScript,
+  keys: string[],
+  args: (string | number)[],
+): Promise<unknown> {
+  try {
+    return await client.evalsha(script.sha, keys.length, ...keys, ...args);
+  } catch (error) {
+    if (!(error instanceof Error) || !error.message.includes('NOSCRIPT')) throw error;
+    return client.eval(script.src, keys.length, ...keys, ...args);
+  }
+}
+
+/** Runs one of the outbox store's scripts. */
+export function runScript(
   client: RedisClientLike,
   name: RedisScriptName,
   keys: string[],
   args: (string | number)[],
 ): Promise<unknown> {
-  try {
-    return await client.evalsha(SHAS[name], keys.length, ...keys, ...args);
-  } catch (error) {
-    if (!(error instanceof Error) || !error.message.includes('NOSCRIPT')) throw error;
-    return client.eval(REDIS_SCRIPTS[name], keys.length, ...keys, ...args);
-  }
+  return evalScript(client, SCRIPTS[name], keys, args);
 }
 
 type RedisConstructor = new (url: string, options?: Record<string, unknown>) => RedisClientLike;
