@@ -346,6 +346,22 @@ export function describeOutboxStoreContract(
         await store.deadLetter(c1.lease, 'rejected', err(1));
         expect((await claim([A])).map((c) => c.event.id)).toEqual([e2.id]);
       });
+      it('puts a replayed dead letter back in its original place in the key order', async () => {
+        const [e1, e2, e3] = [1, 2, 3].map((n) =>
+          event({ key: 'k', payload: { n }, handlers: ['A.handle'] }),
+        );
+        await store.append([e1, e2, e3]);
+        const [c1] = await claim([A]);
+        await store.deadLetter(c1.lease, 'rejected', err(1));
+        const [c2] = await claim([A]);
+        expect(c2.event.id).toBe(e2.id);
+        await store.ack(c2.lease);
+        expect(await store.replay({ ids: [c1.id] })).toBe(1);
+        const next = await claim([A]);
+        expect(next.map((c) => c.event.id)).toEqual([e1.id]);
+        await store.ack(next[0].lease);
+        expect((await claim([A])).map((c) => c.event.id)).toEqual([e3.id]);
+      });
     });
 
     describe('retry', () => {
