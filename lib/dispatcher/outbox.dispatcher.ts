@@ -139,18 +139,15 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       if (this.scheduler?.doesExist('interval', name)) this.scheduler.deleteInterval(name);
     }
     this.pollTimer = this.cleanupTimer = null;
-    await this.polling;
-    const pending = [...this.inFlight.values()];
-    if (pending.length === 0) return;
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = await Promise.race([
-      Promise.allSettled(pending.map((f) => f.promise)).then(() => false),
-      new Promise<boolean>(
-        (resolve) => (timer = setTimeout(() => resolve(true), this.config.shutdownTimeoutMs)),
-      ),
-    ]);
-    clearTimeout(timer);
-    if (timedOut) {
+    // One deadline for both: a claim stuck on a dead connection must not hang shutdown either.
+    const deadline = Date.now() + this.config.shutdownTimeoutMs;
+    const settled =
+      (await settleWithin(this.polling ?? Promise.resolve(), deadline)) &&
+      (await settleWithin(
+        Promise.allSettled([...this.inFlight.values()].map((f) => f.promise)),
+        deadline,
+      ));
+    if (!settled) {
       this.logger.warn(
         OutboxMessages.shutdownTimeout(this.inFlight.size, this.config.shutdownTimeoutMs),
       );
@@ -458,6 +455,25 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     } finally {
       this.cleaning = false;
     }
+  }
+}
+
+/** Resolves true when `promise` settles before `deadline` (epoch ms), false otherwise. */
+async function settleWithin(promise: Promise<unknown>, deadline: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), Math.max(0, deadline - Date.now()));
+  });
+  try {
+    return await Promise.race([
+      promise.then(
+        () => true,
+        () => true,
+      ),
+      timedOut,
+    ]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 
