@@ -5,9 +5,12 @@ export interface TypeOrmStoreOptions {
   dataSource?: unknown;
   /** Injection token of the DataSource (e.g. from `@nestjs/typeorm`'s `getDataSourceToken()`). */
   dataSourceToken?: string | symbol | (abstract new (...args: any[]) => unknown);
-  /** Prefix of the outbox tables. @default 'outbox_' */
+  /**
+   * Prefix of the outbox tables: letters, digits and underscores, at most 40 characters.
+   * @default 'outbox_'
+   */
   tablePrefix?: string;
-  /** PostgreSQL schema of the outbox tables. @default the connection's search path */
+  /** PostgreSQL schema of the outbox tables (ignored elsewhere). @default the connection's search path */
   schema?: string;
   /** Create the tables at bootstrap if missing. @default false in production, true otherwise */
   ensureSchema?: boolean;

@@ -1,0 +1,53 @@
+import type { DataSource } from 'typeorm';
+import { OutboxOptionsError } from '../../../errors/outbox-options.error';
+import { OutboxTableNames, OutboxTableOptions, tableNames } from '../typeorm-outbox.tables';
+import { MysqlDialect, mysqlDdl } from './mysql';
+import { PostgresDialect, postgresDdl } from './postgres';
+import { DialectName, SqlDialect } from './sql-dialect';
+import { SqliteDialect, sqliteDdl } from './sqlite';
+
+/** Maps a TypeORM driver type to the dialect that handles it. */
+export function dialectName(type: unknown): DialectName {
+  switch (type) {
+    case 'postgres':
+      return 'postgres';
+    case 'mysql':
+    case 'mariadb':
+      return 'mysql';
+    case 'better-sqlite3':
+    case 'sqlite':
+      return 'sqlite';
+    default:
+      throw new OutboxOptionsError(
+        'store.dataSource',
+        `the TypeORM driver "${String(type)}" is not supported by the outbox; use postgres, mysql, mariadb or better-sqlite3`,
+      );
+  }
+}
+
+export function outboxTableNames(name: DialectName, options: OutboxTableOptions): OutboxTableNames {
+  return name === 'mysql'
+    ? tableNames(options, '`', false)
+    : tableNames(options, '"', name === 'postgres');
+}
+
+/** DDL for a dialect without a connection (the CLI's `schema sql`). */
+export function schemaStatements(
+  name: DialectName,
+  options: OutboxTableOptions,
+): { create: string[]; drop: string[] } {
+  const tables = outboxTableNames(name, options);
+  return name === 'postgres'
+    ? postgresDdl(tables)
+    : name === 'mysql'
+      ? mysqlDdl(tables)
+      : sqliteDdl(tables);
+}
+
+export function createDialect(dataSource: DataSource, options: OutboxTableOptions): SqlDialect {
+  const name = dialectName(dataSource.options.type);
+  const ctx = { dataSource, tables: outboxTableNames(name, options) };
+  if (name === 'postgres') return new PostgresDialect(ctx);
+  if (name === 'mysql') return new MysqlDialect(ctx);
+  return new SqliteDialect(ctx);
+}

@@ -1,0 +1,205 @@
+import { OUTBOX_ERROR_HISTORY } from '../../../outbox.constants';
+import { join, list, raw, sql, SqlText } from '../sql';
+import { OutboxTableNames } from '../typeorm-outbox.tables';
+import {
+  ClaimPlanRequest,
+  DialectContext,
+  driverError,
+  EventInsert,
+  InsertedEvent,
+  Plan,
+  QueryRunnerDialect,
+  Row,
+  RunOptions,
+  SqlDialect,
+} from './sql-dialect';
+
+/**
+ * MySQL 8.0.1+ and MariaDB 10.6+ (SKIP LOCKED). Times are `DATETIME(3)` holding UTC, written
+ * and read as text so neither the session time zone nor the driver's `timezone` option can shift
+ * them. Text is utf8mb4 with binary collation, so names compare exactly as in JavaScript.
+ */
+export function mysqlDdl(t: OutboxTableNames): { create: string[]; drop: string[] } {
+  const E = t.events.text;
+  const D = t.deliveries.text;
+  const n = (s: string) => t.name(s).text;
+  const table = 'ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin';
+  const uuid = 'CHAR(36) CHARACTER SET ascii COLLATE ascii_bin';
+  // Indexes are declared inline: MySQL has no CREATE INDEX IF NOT EXISTS.
+  const create = [
+    `CREATE TABLE IF NOT EXISTS ${E} (
+  seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  id ${uuid} NOT NULL,
+  type VARCHAR(255) NOT NULL,
+  event_key VARCHAR(512) NULL,
+  payload LONGTEXT NOT NULL,
+  headers MEDIUMTEXT NOT NULL,
+  occurred_at DATETIME(3) NOT NULL,
+  available_at DATETIME(3) NOT NULL,
+  UNIQUE KEY ${n('events_id_uq')} (id)
+) ${table}`,
+    `CREATE TABLE IF NOT EXISTS ${D} (
+  id ${uuid} NOT NULL PRIMARY KEY,
+  event_seq BIGINT UNSIGNED NOT NULL,
+  event_type VARCHAR(255) NOT NULL,
+  event_key VARCHAR(512) NULL,
+  handler VARCHAR(255) NOT NULL,
+  status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  attempts INT NOT NULL DEFAULT 0,
+  available_at DATETIME(3) NOT NULL,
+  lease_owner VARCHAR(255) NULL,
+  lease_token VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
+  lease_until DATETIME(3) NULL,
+  reason VARCHAR(16) NULL,
+  errors LONGTEXT NOT NULL,
+  done_at DATETIME(3) NULL,
+  UNIQUE KEY ${n('deliveries_event_handler_uq')} (event_seq, handler),
+  KEY ${n('deliveries_claim_idx')} (status, handler, event_seq, available_at, lease_until),
+  KEY ${n('deliveries_key_idx')} (handler, event_key(400), status, event_seq),
+  KEY ${n('deliveries_done_idx')} (status, done_at, id)
+) ${table}`,
+    `CREATE TABLE IF NOT EXISTS ${t.version.text} (
+  version INT NOT NULL,
+  applied_at DATETIME(3) NULL
+) ${table}`,
+  ];
+  const drop = [
+    `DROP TABLE IF EXISTS ${D}`,
+    `DROP TABLE IF EXISTS ${E}`,
+    `DROP TABLE IF EXISTS ${t.version.text}`,
+  ];
+  return { create, drop };
+}
+
+/** `2026-01-02 03:04:05.678` in UTC, the literal form of a `DATETIME(3)`. */
+function utcLiteral(value: Date): string {
+  return value.toISOString().replace('T', ' ').replace('Z', '');
+}
+
+export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
+  readonly name = 'mysql';
+  readonly tables: OutboxTableNames;
+  readonly now = raw('UTC_TIMESTAMP(3)');
+  readonly nowMs = raw(
+    "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)",
+  );
+  readonly skipLocked = raw('FOR UPDATE SKIP LOCKED');
+  // A locking read sees the latest committed row even inside a REPEATABLE READ snapshot.
+  readonly latestRead = raw('LOCK IN SHARE MODE');
+  readonly updateReturning = false;
+  // Stay well below the default max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL 8).
+  readonly maxStatementBytes = 4 * 1024 * 1024;
+  // READ COMMITTED avoids next-key (gap) locks, the usual source of claim deadlocks; the few
+  // that remain are retried.
+  readonly claimRunOptions: RunOptions = {
+    transaction: true,
+    isolation: 'READ COMMITTED',
+    deadlockRetries: 5,
+  };
+
+  constructor(ctx: DialectContext) {
+    super(ctx);
+    this.tables = ctx.tables;
+  }
+
+  protected compile(stmt: SqlText): { text: string; params: unknown[] } {
+    // mysql2 reads `??` as an identifier placeholder; shared SQL must never produce it.
+    if (stmt.text.includes('??'))
+      throw new Error(`nestjs-outbox: ambiguous placeholder in ${stmt.text}`);
+    return { text: stmt.text, params: [...stmt.params] };
+  }
+
+  protected isDeadlock(error: unknown): boolean {
+    const e = driverError(error);
+    return (
+      e.errno === 1213 ||
+      e.errno === 1205 ||
+      e.code === 'ER_LOCK_DEADLOCK' ||
+      e.code === 'ER_LOCK_WAIT_TIMEOUT'
+    );
+  }
+
+  isUniqueViolation(error: unknown): boolean {
+    const e = driverError(error);
+    return e.errno === 1062 || e.code === 'ER_DUP_ENTRY';
+  }
+
+  plusMs(base: SqlText, ms: number): SqlText {
+    return sql`TIMESTAMPADD(MICROSECOND, ${Math.round(ms) * 1000}, ${base})`;
+  }
+
+  time(value: Date): SqlText {
+    return sql`${utcLiteral(value)}`;
+  }
+
+  timeOut(expr: SqlText): SqlText {
+    return sql`DATE_FORMAT(${expr}, '%Y-%m-%dT%H:%i:%s.%fZ')`;
+  }
+
+  readTime(value: unknown): Date {
+    return value instanceof Date ? value : new Date(String(value));
+  }
+
+  jsonOut(expr: SqlText): SqlText {
+    return expr;
+  }
+
+  uuid(value: string): SqlText {
+    return sql`${value}`;
+  }
+
+  appendError(
+    column: SqlText,
+    e: { name: string; message: string; attempt: number; workerId: string },
+    keep = OUTBOX_ERROR_HISTORY,
+  ): SqlText {
+    return sql`JSON_ARRAY_APPEND(IF(JSON_LENGTH(${column}) >= ${raw(String(keep))}, JSON_REMOVE(${column}, '$[0]'), ${column}), '$', JSON_OBJECT('name', ${e.name}, 'message', ${e.message}, 'attempt', ${e.attempt}, 'workerId', ${e.workerId}, 'at', ${this.nowMs}))`;
+  }
+
+  *insertEvents(events: EventInsert[]): Plan<Map<string, InsertedEvent>> {
+    const values = events.map(
+      (e) =>
+        sql`(${e.id}, ${e.type}, ${e.key}, ${e.payload}, ${e.headers}, ${this.time(e.occurredAt)}, ${e.availableAt ? this.time(e.availableAt) : this.now})`,
+    );
+    yield sql`INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at) VALUES ${join(values)}`;
+    // No RETURNING on MySQL, and AUTO_INCREMENT values of one statement need not be consecutive.
+    const { rows } =
+      yield sql`SELECT id, seq, ${this.timeOut(raw('available_at'))} AS available_at FROM ${this.tables.events} WHERE id IN (${list(events.map((e) => e.id))})`;
+    return new Map(
+      rows.map((r) => [
+        String(r.id),
+        { seq: Number(r.seq), availableAt: this.readTime(r.available_at) },
+      ]),
+    );
+  }
+
+  *claim(req: ClaimPlanRequest, candidates: SqlText, columns: SqlText): Plan<Row[]> {
+    const { rows: picked } = yield candidates;
+    if (picked.length === 0) return [];
+    const ids = list(picked.map((r) => r.id));
+    yield sql`UPDATE ${this.tables.deliveries} SET status = 'leased', attempts = attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)} WHERE id IN (${ids})`;
+    const { rows } =
+      yield sql`SELECT ${columns} FROM ${this.tables.deliveries} d JOIN ${this.tables.events} e ON e.seq = d.event_seq WHERE d.id IN (${ids})`;
+    return rows;
+  }
+
+  tryLock(name: string): SqlText {
+    return sql`SELECT GET_LOCK(${name}, 0) AS ok`;
+  }
+
+  lock(name: string, timeoutSeconds: number): SqlText {
+    return sql`SELECT GET_LOCK(${name}, ${timeoutSeconds}) AS ok`;
+  }
+
+  unlock(name: string): SqlText | null {
+    return sql`SELECT RELEASE_LOCK(${name}) AS ok`;
+  }
+
+  createSchema(): string[] {
+    return mysqlDdl(this.tables).create;
+  }
+
+  dropSchema(): string[] {
+    return mysqlDdl(this.tables).drop;
+  }
+}

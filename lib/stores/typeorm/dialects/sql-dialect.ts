@@ -1,0 +1,216 @@
+import type { DataSource, QueryRunner } from 'typeorm';
+import { SqlText } from '../sql';
+import { OutboxTableNames } from '../typeorm-outbox.tables';
+
+export type Row = Record<string, any>;
+
+export interface StatementResult {
+  rows: Row[];
+  affected: number;
+}
+
+/**
+ * A store operation written once as a sequence of statements: it yields each statement and gets
+ * its result back. The dialect decides how to run it (pooled connection, transaction, or — for
+ * SQLite — synchronously so nothing else interleaves on the single shared connection).
+ */
+export type Plan<T> = Generator<SqlText, T, StatementResult>;
+
+export interface RunOptions {
+  /** Run every statement in one transaction (otherwise each statement commits on its own). */
+  transaction?: boolean;
+  /** Retries when the database picks this transaction as a deadlock victim. @default 0 */
+  deadlockRetries?: number;
+  isolation?: 'READ COMMITTED';
+}
+
+/** An event row ready to insert (payload and headers already serialized). */
+export interface EventInsert {
+  id: string;
+  type: string;
+  key: string | null;
+  payload: string;
+  headers: string;
+  occurredAt: Date;
+  availableAt: Date | null;
+}
+
+export interface InsertedEvent {
+  seq: number;
+  availableAt: Date;
+}
+
+export interface ClaimPlanRequest {
+  handlers: string[];
+  limit: number;
+  leaseMs: number;
+  owner: string;
+  token: string;
+}
+
+export type DialectName = 'postgres' | 'mysql' | 'sqlite';
+
+/**
+ * Everything that differs between PostgreSQL, MySQL/MariaDB and SQLite: SQL fragments, schema,
+ * the claim statement(s) and how statements are executed. One implementation per file.
+ */
+export interface SqlDialect {
+  readonly name: DialectName;
+  readonly tables: OutboxTableNames;
+
+  /** The database clock as a value of the time columns' type. */
+  readonly now: SqlText;
+  /** The database clock as epoch milliseconds (stored inside JSON error entries). */
+  readonly nowMs: SqlText;
+  plusMs(base: SqlText, ms: number): SqlText;
+  /** A time parameter in the time columns' representation. */
+  time(value: Date): SqlText;
+  /** Select expression for a time column that `readTime` understands. */
+  timeOut(expr: SqlText): SqlText;
+  readTime(value: unknown): Date;
+  /** Select expression returning a JSON column as text. */
+  jsonOut(expr: SqlText): SqlText;
+  /** A UUID parameter where the database cannot infer the type (PostgreSQL `UNION`). */
+  uuid(value: string): SqlText;
+  /** Appends one error object to a JSON array column, keeping the last `keep` entries. */
+  appendError(
+    column: SqlText,
+    error: { name: string; message: string; attempt: number; workerId: string },
+    keep: number,
+  ): SqlText;
+  /** Row-locking suffix for claim candidates. */
+  readonly skipLocked: SqlText;
+  /** Suffix of the idempotency check so it sees the latest committed row (not a snapshot). */
+  readonly latestRead: SqlText;
+  /** Whether `UPDATE … RETURNING` exists. */
+  readonly updateReturning: boolean;
+  /** Largest payload bytes put in one INSERT (MySQL's max_allowed_packet). */
+  readonly maxStatementBytes: number;
+
+  insertEvents(events: EventInsert[]): Plan<Map<string, InsertedEvent>>;
+  /**
+   * Leases the deliveries `candidates` selects and returns `columns` (over aliases `d` for the
+   * delivery and `e` for its event) of each claimed row.
+   */
+  claim(request: ClaimPlanRequest, candidates: SqlText, columns: SqlText): Plan<Row[]>;
+  readonly claimRunOptions: RunOptions;
+  /** Statement trying to take a named lock for the current transaction/session: returns `ok`. */
+  tryLock(name: string): SqlText;
+  lock(name: string, timeoutSeconds: number): SqlText;
+  unlock(name: string): SqlText | null;
+
+  /** DDL that creates everything (idempotent, `IF NOT EXISTS`). */
+  createSchema(): string[];
+  dropSchema(): string[];
+
+  run<T>(plan: () => Plan<T>, options?: RunOptions): Promise<T>;
+  /** Runs inside the caller's open transaction, under a savepoint so a failure leaves it usable. */
+  runInTransaction<T>(runner: QueryRunner, plan: () => Plan<T>): Promise<T>;
+  isUniqueViolation(error: unknown): boolean;
+}
+
+export interface DialectContext {
+  dataSource: DataSource;
+  tables: OutboxTableNames;
+}
+
+/** Drives a plan with an async executor. Errors are thrown into the plan so it can react. */
+export async function driveAsync<T>(
+  plan: Plan<T>,
+  exec: (stmt: SqlText) => Promise<StatementResult>,
+): Promise<T> {
+  let step = plan.next();
+  while (!step.done) {
+    let result: StatementResult;
+    try {
+      result = await exec(step.value);
+    } catch (error) {
+      step = plan.throw(error);
+      continue;
+    }
+    step = plan.next(result);
+  }
+  return step.value;
+}
+
+export function driveSync<T>(plan: Plan<T>, exec: (stmt: SqlText) => StatementResult): T {
+  let step = plan.next();
+  while (!step.done) {
+    let result: StatementResult;
+    try {
+      result = exec(step.value);
+    } catch (error) {
+      step = plan.throw(error);
+      continue;
+    }
+    step = plan.next(result);
+  }
+  return step.value;
+}
+
+/** The driver error inside TypeORM's `QueryFailedError`, or the error itself. */
+export function driverError(error: unknown): { code?: unknown; errno?: unknown; message?: string } {
+  const e = error as { driverError?: unknown };
+  return ((e && typeof e === 'object' && e.driverError) || error || {}) as any;
+}
+
+const SAVEPOINT = 'nestjs_outbox_append';
+
+/**
+ * Shared by the server dialects: statements go through TypeORM query runners, whose drivers
+ * take the compiled text and parameters.
+ */
+export abstract class QueryRunnerDialect {
+  constructor(protected readonly ctx: DialectContext) {}
+
+  protected abstract compile(stmt: SqlText): { text: string; params: unknown[] };
+  protected abstract isDeadlock(error: unknown): boolean;
+
+  protected async exec(runner: QueryRunner, stmt: SqlText): Promise<StatementResult> {
+    const { text, params } = this.compile(stmt);
+    const result = await runner.query(text, params, true);
+    return { rows: (result.records ?? []) as Row[], affected: result.affected ?? 0 };
+  }
+
+  async run<T>(plan: () => Plan<T>, options: RunOptions = {}): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      const runner = this.ctx.dataSource.createQueryRunner('master');
+      try {
+        if (!options.transaction) return await driveAsync(plan(), (s) => this.exec(runner, s));
+        await runner.startTransaction(options.isolation);
+        try {
+          const result = await driveAsync(plan(), (s) => this.exec(runner, s));
+          await runner.commitTransaction();
+          return result;
+        } catch (error) {
+          if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+          throw error;
+        }
+      } catch (error) {
+        if (attempt < (options.deadlockRetries ?? 0) && this.isDeadlock(error)) {
+          // A short random pause lets the other transaction finish before we try again.
+          await new Promise((resolve) =>
+            setTimeout(resolve, 5 + Math.random() * 20 * (attempt + 1)),
+          );
+          continue;
+        }
+        throw error;
+      } finally {
+        await runner.release();
+      }
+    }
+  }
+
+  async runInTransaction<T>(runner: QueryRunner, plan: () => Plan<T>): Promise<T> {
+    await runner.query(`SAVEPOINT ${SAVEPOINT}`);
+    try {
+      const result = await driveAsync(plan(), (s) => this.exec(runner, s));
+      await runner.query(`RELEASE SAVEPOINT ${SAVEPOINT}`);
+      return result;
+    } catch (error) {
+      await runner.query(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
+      await runner.query(`RELEASE SAVEPOINT ${SAVEPOINT}`);
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,236 @@
+import { OUTBOX_ERROR_HISTORY } from '../../../outbox.constants';
+import { OutboxOptionsError } from '../../../errors/outbox-options.error';
+import { join, list, raw, sql, SqlText } from '../sql';
+import { OutboxTableNames } from '../typeorm-outbox.tables';
+import {
+  ClaimPlanRequest,
+  DialectContext,
+  driveSync,
+  driverError,
+  EventInsert,
+  InsertedEvent,
+  Plan,
+  QueryRunnerDialect,
+  Row,
+  RunOptions,
+  SqlDialect,
+  StatementResult,
+} from './sql-dialect';
+
+/** SQLite 3.42+ through better-sqlite3. Times are epoch milliseconds (INTEGER). */
+export function sqliteDdl(t: OutboxTableNames): { create: string[]; drop: string[] } {
+  const E = t.events.text;
+  const D = t.deliveries.text;
+  const n = (s: string) => t.name(s).text;
+  const create = [
+    // AUTOINCREMENT: a sequence number is never reused after cleanup deletes the newest rows.
+    `CREATE TABLE IF NOT EXISTS ${E} (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  type TEXT NOT NULL,
+  event_key TEXT,
+  payload TEXT NOT NULL,
+  headers TEXT NOT NULL,
+  occurred_at INTEGER NOT NULL,
+  available_at INTEGER NOT NULL
+)`,
+    `CREATE TABLE IF NOT EXISTS ${D} (
+  id TEXT PRIMARY KEY,
+  event_seq INTEGER NOT NULL,
+  event_type TEXT NOT NULL,
+  event_key TEXT,
+  handler TEXT NOT NULL,
+  status TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  available_at INTEGER NOT NULL,
+  lease_owner TEXT,
+  lease_token TEXT,
+  lease_until INTEGER,
+  reason TEXT,
+  errors TEXT NOT NULL DEFAULT '[]',
+  done_at INTEGER,
+  UNIQUE (event_seq, handler)
+)`,
+    `CREATE INDEX IF NOT EXISTS ${n('deliveries_claim_idx')} ON ${D} (handler, event_seq, status, available_at, lease_until, event_key) WHERE status IN ('pending', 'leased')`,
+    `CREATE INDEX IF NOT EXISTS ${n('deliveries_key_idx')} ON ${D} (handler, event_key, event_seq) WHERE status IN ('pending', 'leased') AND event_key IS NOT NULL`,
+    `CREATE INDEX IF NOT EXISTS ${n('deliveries_done_idx')} ON ${D} (status, done_at, id) WHERE status IN ('delivered', 'dead')`,
+    `CREATE TABLE IF NOT EXISTS ${t.version.text} (version INTEGER NOT NULL, applied_at INTEGER)`,
+  ];
+  const drop = [
+    `DROP TABLE IF EXISTS ${D}`,
+    `DROP TABLE IF EXISTS ${E}`,
+    `DROP TABLE IF EXISTS ${t.version.text}`,
+  ];
+  return { create, drop };
+}
+
+interface BetterSqliteStatement {
+  reader: boolean;
+  all(...params: unknown[]): Row[];
+  run(...params: unknown[]): { changes: number };
+}
+
+interface BetterSqliteDatabase {
+  inTransaction: boolean;
+  prepare(source: string): BetterSqliteStatement;
+  transaction<T>(fn: () => T): { immediate(): T };
+}
+
+/** How long an outbox operation waits for the application's open transaction to finish. */
+const IDLE_WAIT_MS = 30_000;
+
+/**
+ * better-sqlite3 gives TypeORM one connection shared by everything. Outbox operations therefore
+ * run synchronously on it once no application transaction is open, so no other query can slip
+ * into the middle of them and none of them can land inside someone else's transaction.
+ */
+export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
+  readonly name = 'sqlite';
+  readonly tables: OutboxTableNames;
+  // 'now' is fixed for the duration of one statement, so every row of a claim sees one time.
+  readonly now = raw("CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)");
+  readonly nowMs = this.now;
+  readonly skipLocked = raw('');
+  readonly latestRead = raw('');
+  readonly updateReturning = true;
+  readonly maxStatementBytes = 256 * 1024 * 1024;
+  readonly claimRunOptions: RunOptions = { transaction: true };
+  private readonly statements = new Map<string, BetterSqliteStatement>();
+
+  constructor(ctx: DialectContext) {
+    super(ctx);
+    this.tables = ctx.tables;
+  }
+
+  private db(): BetterSqliteDatabase {
+    const db = (
+      this.ctx.dataSource.driver as unknown as { databaseConnection?: BetterSqliteDatabase }
+    ).databaseConnection;
+    if (!db) {
+      throw new OutboxOptionsError(
+        'store.dataSource',
+        'the SQLite DataSource is not initialized; call dataSource.initialize() first',
+      );
+    }
+    return db;
+  }
+
+  protected compile(stmt: SqlText): { text: string; params: unknown[] } {
+    return { text: stmt.text, params: [...stmt.params] };
+  }
+
+  protected isDeadlock(): boolean {
+    return false;
+  }
+
+  isUniqueViolation(error: unknown): boolean {
+    const code = driverError(error).code;
+    return code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+  }
+
+  private execSync(db: BetterSqliteDatabase, stmt: SqlText): StatementResult {
+    let prepared = this.statements.get(stmt.text);
+    if (!prepared) {
+      prepared = db.prepare(stmt.text);
+      if (this.statements.size > 200) this.statements.clear();
+      this.statements.set(stmt.text, prepared);
+    }
+    if (prepared.reader) {
+      const rows = prepared.all(...stmt.params);
+      return { rows, affected: rows.length };
+    }
+    return { rows: [], affected: prepared.run(...stmt.params).changes };
+  }
+
+  override async run<T>(plan: () => Plan<T>, options: RunOptions = {}): Promise<T> {
+    const db = this.db();
+    const deadline = Date.now() + IDLE_WAIT_MS;
+    while (db.inTransaction) {
+      if (Date.now() > deadline) {
+        throw new Error(
+          `nestjs-outbox: the SQLite connection stayed inside an application transaction for ${IDLE_WAIT_MS} ms; ` +
+            'keep transactions short (SQLite has one connection for the whole process)',
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, 2));
+    }
+    const go = () => driveSync(plan(), (s) => this.execSync(db, s));
+    return options.transaction ? db.transaction(go).immediate() : go();
+  }
+
+  plusMs(base: SqlText, ms: number): SqlText {
+    return sql`(${base} + ${Math.round(ms)})`;
+  }
+
+  time(value: Date): SqlText {
+    return sql`${value.getTime()}`;
+  }
+
+  timeOut(expr: SqlText): SqlText {
+    return expr;
+  }
+
+  readTime(value: unknown): Date {
+    return new Date(Number(value));
+  }
+
+  jsonOut(expr: SqlText): SqlText {
+    return expr;
+  }
+
+  uuid(value: string): SqlText {
+    return sql`${value}`;
+  }
+
+  appendError(
+    column: SqlText,
+    e: { name: string; message: string; attempt: number; workerId: string },
+    keep = OUTBOX_ERROR_HISTORY,
+  ): SqlText {
+    return sql`json_insert(CASE WHEN json_array_length(${column}) >= ${raw(String(keep))} THEN json_remove(${column}, '$[0]') ELSE ${column} END, '$[#]', json_object('name', ${e.name}, 'message', ${e.message}, 'attempt', ${e.attempt}, 'workerId', ${e.workerId}, 'at', ${this.nowMs}))`;
+  }
+
+  *insertEvents(events: EventInsert[]): Plan<Map<string, InsertedEvent>> {
+    const values = events.map(
+      (e) =>
+        sql`(${e.id}, ${e.type}, ${e.key}, ${e.payload}, ${e.headers}, ${this.time(e.occurredAt)}, ${e.availableAt ? this.time(e.availableAt) : this.now})`,
+    );
+    const { rows } =
+      yield sql`INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at) VALUES ${join(values)} RETURNING id, seq, available_at`;
+    return new Map(
+      rows.map((r) => [
+        String(r.id),
+        { seq: Number(r.seq), availableAt: this.readTime(r.available_at) },
+      ]),
+    );
+  }
+
+  *claim(req: ClaimPlanRequest, candidates: SqlText, columns: SqlText): Plan<Row[]> {
+    const { rows: claimed } =
+      yield sql`UPDATE ${this.tables.deliveries} SET status = 'leased', attempts = attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)} WHERE id IN (${candidates}) RETURNING id`;
+    if (claimed.length === 0) return [];
+    const { rows } =
+      yield sql`SELECT ${columns} FROM ${this.tables.deliveries} d JOIN ${this.tables.events} e ON e.seq = d.event_seq WHERE d.id IN (${list(claimed.map((r) => r.id))})`;
+    return rows;
+  }
+
+  tryLock(): SqlText {
+    return raw('SELECT 1 AS ok');
+  }
+
+  lock(): SqlText {
+    return raw('SELECT 1 AS ok');
+  }
+
+  unlock(): SqlText | null {
+    return null;
+  }
+
+  createSchema(): string[] {
+    return sqliteDdl(this.tables).create;
+  }
+
+  dropSchema(): string[] {
+    return sqliteDdl(this.tables).drop;
+  }
+}

@@ -1,0 +1,678 @@
+import { randomUUID } from 'node:crypto';
+import type { DataSource, QueryRunner } from 'typeorm';
+import { DuplicateEventError } from '../../errors/duplicate-event.error';
+import { LeaseLostError } from '../../errors/lease-lost.error';
+import { OutboxOptionsError } from '../../errors/outbox-options.error';
+import { OutboxValidationError } from '../../errors/outbox-validation.error';
+import { OutboxEvent } from '../../interfaces/outbox-event.interface';
+import {
+  AppendableEvent,
+  ClaimedDelivery,
+  ClaimRequest,
+  CleanupOptions,
+  CleanupResult,
+  DeadLetter,
+  DeadLetterFilter,
+  DeadLetterPage,
+  DeadLetterPageQuery,
+  DeadLetterReason,
+  DeadLetterSelector,
+  DeadLetterSummaryRow,
+  DeliveryError,
+  DeliveryErrorInput,
+  Lease,
+  OutboxStore,
+  OutboxStoreStats,
+  StoreAppendOptions,
+} from '../../interfaces/outbox-store.interface';
+import { OUTBOX_ERROR_HISTORY, UNEXPANDED_HANDLER } from '../../outbox.constants';
+import { isUuid } from '../../outbox-validation';
+import { decodeCursor, encodeCursor, errorFingerprint, sameEventContent } from '../store-helpers';
+import { createDialect } from './dialects';
+import { EventInsert, Plan, Row, SqlDialect, StatementResult } from './dialects/sql-dialect';
+import { EMPTY, join, list, raw, sql, SqlText } from './sql';
+import { OutboxTableOptions } from './typeorm-outbox.tables';
+import { ensureOutboxSchema } from './typeorm-outbox.schema';
+
+export interface TypeOrmOutboxStoreOptions extends OutboxTableOptions {
+  /** Longest error message stored per failure, in characters. @default 4096 */
+  errorMaxLength?: number;
+  /** `init()` creates missing tables (see `ensureOutboxSchema`). @default false */
+  ensureSchema?: boolean;
+}
+
+/** Unexpanded deliveries turned into per-handler ones per claim, at most. */
+const EXPAND_BATCH = 500;
+/** Delivery rows per INSERT; keeps every dialect under its bound-parameter limit. */
+const DELIVERY_ROWS_PER_INSERT = 2000;
+const EVENTS_PER_INSERT = 1000;
+
+/**
+ * Outbox store over a TypeORM `DataSource` on PostgreSQL, MySQL/MariaDB or SQLite. Appends can
+ * join the caller's transaction; every other operation is one short statement or transaction,
+ * so no connection or transaction is held while a handler runs.
+ */
+export class TypeOrmOutboxStore implements OutboxStore {
+  private readonly dialect: SqlDialect;
+  private readonly errorMaxLength: number;
+  private initialized?: Promise<void>;
+
+  constructor(
+    readonly dataSource: DataSource,
+    private readonly options: TypeOrmOutboxStoreOptions = {},
+  ) {
+    this.dialect = createDialect(dataSource, options);
+    this.errorMaxLength = options.errorMaxLength ?? 4096;
+  }
+
+  /** Which SQL dialect the DataSource selected. */
+  get dialectName(): 'postgres' | 'mysql' | 'sqlite' {
+    return this.dialect.name;
+  }
+
+  init(): Promise<void> {
+    this.initialized ??= this.options.ensureSchema
+      ? ensureOutboxSchema(this.dataSource, this.options)
+      : Promise.resolve();
+    return this.initialized;
+  }
+
+  /** Creates the outbox tables if missing (safe when several replicas call it at once). */
+  ensureSchema(): Promise<void> {
+    return ensureOutboxSchema(this.dataSource, this.options);
+  }
+
+  private get E(): SqlText {
+    return this.dialect.tables.events;
+  }
+
+  private get D(): SqlText {
+    return this.dialect.tables.deliveries;
+  }
+
+  private one<T = StatementResult>(stmt: SqlText, map?: (r: StatementResult) => T): Promise<T> {
+    return this.dialect.run(function* (): Plan<T> {
+      const result = yield stmt;
+      return map ? map(result) : (result as T);
+    });
+  }
+
+  async now(): Promise<Date> {
+    const { rows } = await this.one(sql`SELECT ${this.dialect.timeOut(this.dialect.now)} AS now`);
+    return this.dialect.readTime(rows[0]?.now);
+  }
+
+  // ---------------------------------------------------------------- append
+
+  async append(
+    events: AppendableEvent[],
+    options: StoreAppendOptions = {},
+  ): Promise<OutboxEvent[]> {
+    const runner =
+      options.manager === undefined || options.manager === null
+        ? null
+        : this.transactionOf(options.manager);
+    if (events.length === 0) return [];
+    const batch = dedupeBatch(events);
+    const plan = () => this.appendPlan(batch);
+    const attempt = () =>
+      runner
+        ? this.dialect.runInTransaction(runner, plan)
+        : this.dialect.run(plan, { transaction: true });
+    try {
+      return orderLike(events, await attempt());
+    } catch (error) {
+      // Another transaction inserted one of these ids between our check and our insert; the
+      // second pass sees it and compares contents (SPEC §2.10).
+      if (this.dialect.isUniqueViolation(error)) return orderLike(events, await attempt());
+      throw error;
+    }
+  }
+
+  /** The open transaction a caller's EntityManager or QueryRunner belongs to, or a clear refusal. */
+  private transactionOf(manager: unknown): QueryRunner {
+    const m = manager as Partial<QueryRunner> & { queryRunner?: QueryRunner };
+    const runner: QueryRunner | undefined =
+      typeof m?.startTransaction === 'function' && typeof m.query === 'function'
+        ? (m as QueryRunner)
+        : m?.queryRunner;
+    if (!runner || !runner.isTransactionActive || runner.isReleased) {
+      throw new OutboxValidationError(
+        'options.manager',
+        'is not inside an open transaction, so the event could be committed without your business write. ' +
+          'Pass the EntityManager that dataSource.transaction(async (manager) => { ... }) gives its callback, ' +
+          'or queryRunner.manager (or the QueryRunner) after await queryRunner.startTransaction(); ' +
+          'or omit manager to let the outbox commit the event in its own transaction.',
+      );
+    }
+    const owner =
+      (runner as { dataSource?: unknown; connection?: unknown }).dataSource ?? runner.connection;
+    if (owner !== this.dataSource) {
+      throw new OutboxValidationError(
+        'options.manager',
+        'belongs to a different DataSource than the outbox store; use a transaction of the DataSource given in store.dataSource',
+      );
+    }
+    return runner;
+  }
+
+  private *appendPlan(batch: AppendableEvent[]): Plan<OutboxEvent[]> {
+    const d = this.dialect;
+    const { rows: found } =
+      yield sql`SELECT ${this.eventColumns('e')}, e.seq FROM ${this.E} e WHERE e.id IN (${list(batch.map((e) => e.id))}) ${d.latestRead}`;
+    const existing = new Map(found.map((r) => [String(r.event_id).toLowerCase(), this.toEvent(r)]));
+    for (const event of batch) {
+      const stored = existing.get(event.id.toLowerCase());
+      if (stored && !sameEventContent(stored, event)) throw new DuplicateEventError(event.id);
+    }
+    const fresh = batch.filter((e) => !existing.has(e.id.toLowerCase()));
+    const inserted = new Map<string, { seq: number; availableAt: Date }>();
+    for (const chunk of chunkBySize(fresh.map(toInsert), d.maxStatementBytes)) {
+      for (const [id, row] of yield* d.insertEvents(chunk)) inserted.set(id.toLowerCase(), row);
+    }
+    const deliveries: SqlText[] = [];
+    for (const event of fresh) {
+      const row = inserted.get(event.id.toLowerCase())!;
+      const handlers =
+        event.handlers.length > 0 ? [...new Set(event.handlers)] : [UNEXPANDED_HANDLER];
+      for (const handler of handlers) {
+        deliveries.push(
+          sql`(${randomUUID()}, ${row.seq}, ${event.type}, ${event.key}, ${handler}, 'pending', 0, ${d.time(row.availableAt)}, '[]')`,
+        );
+      }
+    }
+    for (let i = 0; i < deliveries.length; i += DELIVERY_ROWS_PER_INSERT) {
+      yield sql`INSERT INTO ${this.D} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors) VALUES ${join(deliveries.slice(i, i + DELIVERY_ROWS_PER_INSERT))}`;
+    }
+    return batch.map((event) => {
+      const stored = existing.get(event.id.toLowerCase());
+      if (stored) return stored;
+      return {
+        id: event.id,
+        type: event.type,
+        payload: structuredClone(event.payload),
+        key: event.key,
+        headers: { ...event.headers },
+        occurredAt: new Date(event.occurredAt),
+        availableAt: inserted.get(event.id.toLowerCase())!.availableAt,
+      };
+    });
+  }
+
+  // ---------------------------------------------------------------- claim
+
+  async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {
+    const names = [...new Set(request.handlers.map((h) => h.name))];
+    if (names.length === 0 || request.limit <= 0) return [];
+    await this.expand(request);
+    const d = this.dialect;
+    const token = randomUUID();
+    const candidates = sql`SELECT c.id FROM ${this.D} c
+WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')
+  AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
+  AND (c.event_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM ${this.D} p
+    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq))
+ORDER BY c.event_seq
+LIMIT ${raw(String(Math.floor(request.limit)))} ${d.skipLocked}`;
+    const columns = sql`d.id, d.handler, d.attempts, d.lease_owner, d.lease_token, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${this.eventColumns('e')}`;
+    const rows = await d.run(
+      () =>
+        d.claim(
+          {
+            handlers: names,
+            limit: request.limit,
+            leaseMs: request.leaseMs,
+            owner: request.workerId,
+            token,
+          },
+          candidates,
+          columns,
+        ),
+      d.claimRunOptions,
+    );
+    return rows
+      .sort(
+        (a, b) =>
+          Number(a.event_seq) - Number(b.event_seq) ||
+          String(a.handler).localeCompare(String(b.handler)),
+      )
+      .map((r) => ({
+        id: String(r.id),
+        handler: String(r.handler),
+        attempt: Number(r.attempts),
+        event: this.toEvent(r),
+        lease: {
+          deliveryId: String(r.id),
+          owner: String(r.lease_owner),
+          token: String(r.lease_token),
+          leaseUntil: d.readTime(r.lease_until),
+        },
+      }));
+  }
+
+  /**
+   * Turns unexpanded deliveries of types this worker handles into one delivery per handler,
+   * keeping the event's position so per-key order holds across the expansion.
+   */
+  private async expand(request: ClaimRequest): Promise<void> {
+    const byType = new Map<string, string[]>();
+    for (const h of request.handlers) {
+      for (const type of h.types)
+        byType.set(type, [...new Set([...(byType.get(type) ?? []), h.name])]);
+    }
+    if (byType.size === 0) return;
+    const select = (lock: SqlText) =>
+      sql`SELECT id, event_type FROM ${this.D} WHERE handler = ${UNEXPANDED_HANDLER} AND status = 'pending' AND event_type IN (${list([...byType.keys()])}) ORDER BY event_seq LIMIT ${raw(String(EXPAND_BATCH))} ${lock}`;
+    // Cheap unlocked probe first, so the common case costs one statement and no transaction.
+    const probe = await this.one(select(EMPTY));
+    if (probe.rows.length === 0) return;
+    const d = this.dialect;
+    const D = this.D;
+    await d.run(
+      function* (): Plan<void> {
+        const { rows } = yield select(d.skipLocked);
+        if (rows.length === 0) return;
+        const copies: SqlText[] = [];
+        for (const row of rows) {
+          for (const handler of byType.get(String(row.event_type)) ?? []) {
+            copies.push(
+              sql`SELECT ${d.uuid(randomUUID())}, event_seq, event_type, event_key, ${handler}, status, attempts, available_at, errors FROM ${D} WHERE id = ${row.id}`,
+            );
+          }
+        }
+        yield sql`INSERT INTO ${D} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors) ${join(copies, ' UNION ALL ')}`;
+        yield sql`DELETE FROM ${D} WHERE id IN (${list(rows.map((r) => r.id))})`;
+      },
+      { transaction: true, deadlockRetries: 3 },
+    );
+  }
+
+  // ---------------------------------------------------------------- lease operations
+
+  private fenced(lease: Lease): SqlText {
+    return sql`id = ${lease.deliveryId} AND status = 'leased' AND lease_owner = ${lease.owner} AND lease_token = ${lease.token} AND lease_until > ${this.dialect.now}`;
+  }
+
+  private async settle(lease: Lease, set: SqlText): Promise<void> {
+    if (!isUuid(lease.deliveryId)) throw new LeaseLostError(lease.deliveryId, lease.owner);
+    const { affected } = await this.one(
+      sql`UPDATE ${this.D} SET ${set}, lease_owner = NULL, lease_token = NULL, lease_until = NULL WHERE ${this.fenced(lease)}`,
+    );
+    if (affected === 0) throw new LeaseLostError(lease.deliveryId, lease.owner);
+  }
+
+  async renew(lease: Lease, leaseMs: number): Promise<Lease> {
+    if (!isUuid(lease.deliveryId)) throw new LeaseLostError(lease.deliveryId, lease.owner);
+    const d = this.dialect;
+    const update = sql`UPDATE ${this.D} SET lease_until = ${d.plusMs(d.now, leaseMs)} WHERE ${this.fenced(lease)}`;
+    const until = d.timeOut(raw('lease_until'));
+    const check = sql`SELECT ${until} AS lease_until FROM ${this.D} WHERE id = ${lease.deliveryId} AND status = 'leased' AND lease_owner = ${lease.owner} AND lease_token = ${lease.token}`;
+    const rows = await d.run(function* (): Plan<Row[]> {
+      if (d.updateReturning) return (yield sql`${update} RETURNING ${until} AS lease_until`).rows;
+      if ((yield update).affected === 0) return [];
+      return (yield check).rows;
+    });
+    if (rows.length === 0) throw new LeaseLostError(lease.deliveryId, lease.owner);
+    return { ...lease, leaseUntil: d.readTime(rows[0].lease_until) };
+  }
+
+  ack(lease: Lease): Promise<void> {
+    return this.settle(lease, sql`status = 'delivered', done_at = ${this.dialect.now}`);
+  }
+
+  retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {
+    const d = this.dialect;
+    return this.settle(
+      lease,
+      sql`status = 'pending', available_at = ${d.plusMs(d.now, Math.max(0, delayMs))}, errors = ${this.errorEntry(error)}`,
+    );
+  }
+
+  deadLetter(lease: Lease, reason: DeadLetterReason, error: DeliveryErrorInput): Promise<void> {
+    return this.settle(
+      lease,
+      sql`status = 'dead', reason = ${reason}, done_at = ${this.dialect.now}, errors = ${this.errorEntry(error)}`,
+    );
+  }
+
+  release(lease: Lease): Promise<void> {
+    return this.settle(
+      lease,
+      sql`status = 'pending', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, available_at = ${this.dialect.now}`,
+    );
+  }
+
+  private errorEntry(error: DeliveryErrorInput): SqlText {
+    return this.dialect.appendError(
+      raw('errors'),
+      {
+        name: String(error.name ?? 'Error').slice(0, 255),
+        message: String(error.message ?? '').slice(0, this.errorMaxLength),
+        attempt: Math.floor(Number(error.attempt) || 0),
+        workerId: String(error.workerId ?? '').slice(0, 255),
+      },
+      OUTBOX_ERROR_HISTORY,
+    );
+  }
+
+  // ---------------------------------------------------------------- dead letters
+
+  /** Conditions selecting dead letters; `a` is the column prefix ('' or 'd.'). */
+  private deadWhere(filter: DeadLetterFilter, a = ''): SqlText {
+    const d = this.dialect;
+    const col = (c: string) => raw(`${a}${c}`);
+    const conds = [sql`${col('status')} = 'dead'`];
+    if (filter.type !== undefined) conds.push(sql`${col('event_type')} = ${filter.type}`);
+    if (filter.handler !== undefined) conds.push(sql`${col('handler')} = ${filter.handler}`);
+    if (filter.key !== undefined) conds.push(sql`${col('event_key')} = ${filter.key}`);
+    if (filter.failedBefore !== undefined)
+      conds.push(sql`${col('done_at')} < ${d.time(filter.failedBefore)}`);
+    if (filter.failedAfter !== undefined)
+      conds.push(sql`${col('done_at')} >= ${d.time(filter.failedAfter)}`);
+    return join(conds, ' AND ');
+  }
+
+  private selectorWhere(selector: DeadLetterSelector, a = ''): SqlText | null {
+    if ('ids' in selector) {
+      const ids = selector.ids.filter(isUuid);
+      if (ids.length === 0) return null;
+      return sql`${raw(`${a}status`)} = 'dead' AND ${raw(`${a}id`)} IN (${list(ids)})`;
+    }
+    return this.deadWhere(selector.filter ?? {}, a);
+  }
+
+  private deadColumns(): SqlText {
+    const d = this.dialect;
+    return sql`d.id, d.handler, d.attempts, d.reason, ${d.jsonOut(raw('d.errors'))} AS errors, ${d.timeOut(raw('d.done_at'))} AS done_at, ${this.eventColumns('e')}`;
+  }
+
+  private toDeadLetter(r: Row): DeadLetter {
+    const event = this.toEvent(r);
+    return {
+      id: String(r.id),
+      eventId: event.id,
+      type: event.type,
+      key: event.key,
+      handler: String(r.handler),
+      payload: event.payload,
+      headers: event.headers,
+      occurredAt: event.occurredAt,
+      attempts: Number(r.attempts),
+      reason: (r.reason ?? 'exhausted') as DeadLetterReason,
+      errors: parseErrors(r.errors),
+      deadAt: this.dialect.readTime(r.done_at),
+    };
+  }
+
+  async listDeadLetters(query: DeadLetterPageQuery): Promise<DeadLetterPage> {
+    const d = this.dialect;
+    const limit = Math.max(1, Math.floor(query.limit));
+    const after = query.cursor ? decodeCursor(query.cursor) : null;
+    if (after && !isUuid(after.id))
+      throw new OutboxValidationError('cursor', 'is not a cursor returned by a previous page');
+    const keyset = after
+      ? sql` AND (d.done_at > ${d.time(after.deadAt)} OR (d.done_at = ${d.time(after.deadAt)} AND d.id > ${after.id}))`
+      : EMPTY;
+    const { rows } = await this.one(
+      sql`SELECT ${this.deadColumns()} FROM ${this.D} d JOIN ${this.E} e ON e.seq = d.event_seq WHERE ${this.deadWhere(query, 'd.')}${keyset} ORDER BY d.done_at, d.id LIMIT ${raw(String(limit + 1))}`,
+    );
+    const items = rows.slice(0, limit).map((r) => this.toDeadLetter(r));
+    const last = items[items.length - 1];
+    return {
+      items,
+      nextCursor:
+        rows.length > limit && last ? encodeCursor({ deadAt: last.deadAt, id: last.id }) : null,
+    };
+  }
+
+  async getDeadLetter(id: string): Promise<DeadLetter | null> {
+    if (!isUuid(id)) return null;
+    const { rows } = await this.one(
+      sql`SELECT ${this.deadColumns()} FROM ${this.D} d JOIN ${this.E} e ON e.seq = d.event_seq WHERE d.id = ${id} AND d.status = 'dead'`,
+    );
+    return rows[0] ? this.toDeadLetter(rows[0]) : null;
+  }
+
+  async summarizeDeadLetters(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
+    const { rows } = await this.one(
+      sql`SELECT d.event_type, d.handler, ${this.dialect.jsonOut(raw('d.errors'))} AS errors FROM ${this.D} d WHERE ${this.deadWhere(filter, 'd.')}`,
+    );
+    const groups = new Map<string, DeadLetterSummaryRow>();
+    for (const r of rows) {
+      const errors = parseErrors(r.errors);
+      const last = errors[errors.length - 1];
+      const row = {
+        type: String(r.event_type),
+        handler: String(r.handler),
+        errorName: last?.name ?? 'Error',
+        fingerprint: errorFingerprint(last?.message ?? ''),
+        count: 0,
+      };
+      const k = JSON.stringify([row.type, row.handler, row.errorName, row.fingerprint]);
+      const group = groups.get(k) ?? row;
+      group.count += 1;
+      groups.set(k, group);
+    }
+    return [...groups.values()].sort((a, b) => b.count - a.count);
+  }
+
+  async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    const where = this.selectorWhere(selector);
+    if (!where) return 0;
+    const d = this.dialect;
+    const at = availableAt ? d.time(availableAt) : d.now;
+    const { affected } = await this.one(
+      sql`UPDATE ${this.D} SET status = 'pending', attempts = 0, reason = NULL, done_at = NULL, available_at = ${at} WHERE ${where}`,
+    );
+    return affected;
+  }
+
+  async purge(selector: DeadLetterSelector): Promise<number> {
+    const where = this.selectorWhere(selector);
+    if (!where) return 0;
+    const { D, E } = this;
+    return this.dialect.run(
+      function* (): Plan<number> {
+        const { rows } = yield sql`SELECT DISTINCT event_seq FROM ${D} WHERE ${where}`;
+        if (rows.length === 0) return 0;
+        const { affected } = yield sql`DELETE FROM ${D} WHERE ${where}`;
+        yield* deleteOrphans(
+          E,
+          D,
+          rows.map((r) => Number(r.event_seq)),
+        );
+        return affected;
+      },
+      { transaction: true, deadlockRetries: 3 },
+    );
+  }
+
+  // ---------------------------------------------------------------- stats and cleanup
+
+  async stats(): Promise<OutboxStoreStats> {
+    const d = this.dialect;
+    const due = sql`d.status = 'pending' AND d.available_at <= ${d.now}`;
+    const { D } = this;
+    const [nowRows, rows] = await d.run(function* (): Plan<[Row[], Row[]]> {
+      const now = yield sql`SELECT ${d.timeOut(d.now)} AS now`;
+      const groups =
+        yield sql`SELECT d.event_type, d.status, COUNT(*) AS n, SUM(CASE WHEN ${due} THEN 1 ELSE 0 END) AS due, ${d.timeOut(sql`MIN(CASE WHEN ${due} THEN d.available_at END)`)} AS oldest FROM ${D} d WHERE d.status IN ('pending', 'leased', 'dead') GROUP BY d.event_type, d.status`;
+      return [now.rows, groups.rows];
+    });
+    const now = d.readTime(nowRows[0]?.now).getTime();
+    const stats: OutboxStoreStats = {
+      pending: 0,
+      due: 0,
+      leased: 0,
+      dead: 0,
+      oldestPendingAgeMs: 0,
+      byType: {},
+    };
+    for (const r of rows) {
+      const n = Number(r.n);
+      const status = String(r.status) as 'pending' | 'leased' | 'dead';
+      const t = (stats.byType[String(r.event_type)] ??= { pending: 0, leased: 0, dead: 0 });
+      t[status] += n;
+      stats[status] += n;
+      if (status === 'pending') {
+        stats.due += Number(r.due ?? 0);
+        if (r.oldest !== null && r.oldest !== undefined) {
+          stats.oldestPendingAgeMs = Math.max(
+            stats.oldestPendingAgeMs,
+            now - d.readTime(r.oldest).getTime(),
+          );
+        }
+      }
+    }
+    return stats;
+  }
+
+  async cleanup(options: CleanupOptions): Promise<CleanupResult> {
+    const d = this.dialect;
+    const { D, E } = this;
+    const lockName = `${d.tables.lockName}:cleanup`;
+    const batch = raw(String(Math.max(1, Math.floor(options.batchSize))));
+    return d.run(
+      function* (): Plan<CleanupResult> {
+        const result: CleanupResult = { events: 0, deadLetters: 0 };
+        // One runner at a time: others skip this round instead of queueing on the same rows.
+        const { rows: locked } = yield d.tryLock(lockName);
+        if (!isTruthy(locked[0]?.ok)) return result;
+        const unlock = d.unlock(lockName);
+        try {
+          if (options.deadLetterRetentionMs !== null) {
+            const cutoff = d.plusMs(d.now, -options.deadLetterRetentionMs);
+            const { rows } =
+              yield sql`SELECT id, event_seq FROM ${D} WHERE status = 'dead' AND done_at < ${cutoff} ORDER BY done_at LIMIT ${batch}`;
+            if (rows.length > 0) {
+              yield sql`DELETE FROM ${D} WHERE id IN (${list(rows.map((r) => r.id))})`;
+              yield* deleteOrphans(
+                E,
+                D,
+                rows.map((r) => Number(r.event_seq)),
+              );
+              result.deadLetters = rows.length;
+            }
+          }
+          const cutoff = d.plusMs(d.now, -options.deliveredRetentionMs);
+          const { rows } =
+            yield sql`SELECT e.seq FROM ${E} e WHERE NOT EXISTS (SELECT 1 FROM ${D} x WHERE x.event_seq = e.seq AND (x.status <> 'delivered' OR x.done_at >= ${cutoff})) ORDER BY e.seq LIMIT ${batch}`;
+          if (rows.length > 0) {
+            const seqs = list(rows.map((r) => Number(r.seq)));
+            yield sql`DELETE FROM ${D} WHERE event_seq IN (${seqs})`;
+            yield sql`DELETE FROM ${E} WHERE seq IN (${seqs})`;
+            result.events = rows.length;
+          }
+          return result;
+        } finally {
+          if (unlock) yield unlock;
+        }
+      },
+      { transaction: true, deadlockRetries: 3 },
+    );
+  }
+
+  // ---------------------------------------------------------------- rows
+
+  private eventColumns(e: string): SqlText {
+    const d = this.dialect;
+    const c = (name: string) => raw(`${e}.${name}`);
+    return sql`${c('id')} AS event_id, ${c('type')} AS type, ${c('event_key')} AS event_key, ${d.jsonOut(c('payload'))} AS payload, ${d.jsonOut(c('headers'))} AS headers, ${d.timeOut(c('occurred_at'))} AS occurred_at, ${d.timeOut(c('available_at'))} AS available_at`;
+  }
+
+  private toEvent(r: Row): OutboxEvent {
+    return {
+      id: String(r.event_id),
+      type: String(r.type),
+      payload: JSON.parse(String(r.payload)),
+      key: r.event_key === null || r.event_key === undefined ? null : String(r.event_key),
+      headers: JSON.parse(String(r.headers)) as Record<string, string>,
+      occurredAt: this.dialect.readTime(r.occurred_at),
+      availableAt: this.dialect.readTime(r.available_at),
+    };
+  }
+}
+
+function* deleteOrphans(E: SqlText, D: SqlText, seqs: number[]): Plan<void> {
+  const unique = [...new Set(seqs)];
+  if (unique.length === 0) return;
+  yield sql`DELETE FROM ${E} WHERE seq IN (${list(unique)}) AND seq NOT IN (SELECT event_seq FROM ${D} WHERE event_seq IN (${list(unique)}))`;
+}
+
+function isTruthy(value: unknown): boolean {
+  return value === true || value === 1 || value === '1' || value === 't' || value === 1n;
+}
+
+function parseErrors(value: unknown): DeliveryError[] {
+  const list = (typeof value === 'string' ? JSON.parse(value) : (value ?? [])) as Array<
+    Record<string, unknown>
+  >;
+  return list.map((e) => ({
+    name: String(e.name),
+    message: String(e.message),
+    attempt: Number(e.attempt),
+    workerId: String(e.workerId),
+    at: new Date(Number(e.at)),
+  }));
+}
+
+/** One event per id; the same id twice in a batch must carry the same content. */
+function dedupeBatch(events: AppendableEvent[]): AppendableEvent[] {
+  const byId = new Map<string, AppendableEvent>();
+  for (const event of events) {
+    const seen = byId.get(event.id.toLowerCase());
+    if (seen && !sameEventContent(seen, event)) throw new DuplicateEventError(event.id);
+    if (!seen) byId.set(event.id.toLowerCase(), event);
+  }
+  return [...byId.values()];
+}
+
+function orderLike(input: AppendableEvent[], stored: OutboxEvent[]): OutboxEvent[] {
+  const byId = new Map(stored.map((e) => [e.id.toLowerCase(), e]));
+  return input.map((e) => byId.get(e.id.toLowerCase())!);
+}
+
+function toInsert(e: AppendableEvent): EventInsert {
+  return {
+    id: e.id,
+    type: e.type,
+    key: e.key,
+    payload: JSON.stringify(e.payload),
+    headers: JSON.stringify(e.headers ?? {}),
+    occurredAt: e.occurredAt,
+    availableAt: e.availableAt,
+  };
+}
+
+/** Splits rows so one INSERT stays under the dialect's statement size (MySQL packets). */
+function chunkBySize(rows: EventInsert[], maxBytes: number): EventInsert[][] {
+  const chunks: EventInsert[][] = [];
+  let current: EventInsert[] = [];
+  let size = 0;
+  for (const row of rows) {
+    const bytes =
+      Buffer.byteLength(row.payload, 'utf8') + Buffer.byteLength(row.headers, 'utf8') + 512;
+    if (current.length > 0 && (size + bytes > maxBytes || current.length >= EVENTS_PER_INSERT)) {
+      chunks.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(row);
+    size += bytes;
+  }
+  if (current.length > 0) chunks.push(current);
+  return chunks;
+}
+
+/** Fails early, with the fix, when options cannot work. */
+export function asTypeOrmDataSource(dataSource: unknown): DataSource {
+  const ds = dataSource as Partial<DataSource> | undefined;
+  if (!ds || typeof ds !== 'object' || !ds.options || typeof ds.createQueryRunner !== 'function') {
+    throw new OutboxOptionsError(
+      'store.dataSource',
+      'expected a TypeORM DataSource (or set store.dataSourceToken)',
+    );
+  }
+  return ds as DataSource;
+}

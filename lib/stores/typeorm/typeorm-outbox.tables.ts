@@ -1,0 +1,71 @@
+import { OutboxOptionsError } from '../../errors/outbox-options.error';
+import { raw, SqlText } from './sql';
+
+/** @default 'outbox_' */
+export const DEFAULT_TABLE_PREFIX = 'outbox_';
+
+// Short enough that the longest derived name (prefix + 'deliveries_claim_idx') stays within the
+// 63-character limit of PostgreSQL and the 64 of MySQL.
+const PREFIX_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
+const SCHEMA_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+export interface OutboxTableOptions {
+  tablePrefix?: string;
+  /** PostgreSQL schema; ignored by other databases. */
+  schema?: string;
+}
+
+/** Quoted, qualified names of the outbox tables and indexes. */
+export interface OutboxTableNames {
+  prefix: string;
+  schema: string | null;
+  events: SqlText;
+  deliveries: SqlText;
+  version: SqlText;
+  /** A quoted name derived from the prefix (indexes, constraints), unqualified. */
+  name(suffix: string): SqlText;
+  /** Plain text form used for lock names. */
+  lockName: string;
+}
+
+export function validateTableOptions(options: OutboxTableOptions): {
+  prefix: string;
+  schema: string | null;
+} {
+  const prefix = options.tablePrefix ?? DEFAULT_TABLE_PREFIX;
+  if (!PREFIX_PATTERN.test(prefix)) {
+    throw new OutboxOptionsError(
+      'store.tablePrefix',
+      `"${prefix}" must be 1–40 characters of letters, digits and underscores, starting with a letter or underscore`,
+    );
+  }
+  const schema = options.schema ?? null;
+  if (schema !== null && !SCHEMA_PATTERN.test(schema)) {
+    throw new OutboxOptionsError(
+      'store.schema',
+      `"${schema}" must be 1–63 characters of letters, digits and underscores, starting with a letter or underscore`,
+    );
+  }
+  return { prefix, schema };
+}
+
+/** Builds table names with the dialect's identifier quote (validated names never contain it). */
+export function tableNames(
+  options: OutboxTableOptions,
+  quote: string,
+  useSchema: boolean,
+): OutboxTableNames {
+  const { prefix, schema } = validateTableOptions(options);
+  const q = (name: string) => `${quote}${name}${quote}`;
+  const qualified = (name: string) =>
+    raw(useSchema && schema ? `${q(schema)}.${q(name)}` : q(name));
+  return {
+    prefix,
+    schema: useSchema ? schema : null,
+    events: qualified(`${prefix}events`),
+    deliveries: qualified(`${prefix}deliveries`),
+    version: qualified(`${prefix}schema_version`),
+    name: (suffix) => raw(q(`${prefix}${suffix}`)),
+    lockName: `nestjs-outbox:${useSchema && schema ? `${schema}.` : ''}${prefix}`,
+  };
+}

@@ -1,0 +1,73 @@
+import { randomBytes } from 'node:crypto';
+import { DataSource, DataSourceOptions } from 'typeorm';
+import { ServiceName, SERVICES } from '../../support/services';
+import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import { createDialect } from '../../../lib/stores/typeorm/dialects';
+
+export type TestDialect = 'postgres' | 'mariadb' | 'sqlite';
+
+/** Service each dialect needs (SQLite runs in-process). */
+export const SERVICE_OF: Record<Exclude<TestDialect, 'sqlite'>, ServiceName> = {
+  postgres: 'postgres',
+  mariadb: 'mariadb',
+};
+
+export function dataSourceOptions(
+  dialect: TestDialect,
+  extra: Record<string, unknown> = {},
+): DataSourceOptions {
+  switch (dialect) {
+    case 'postgres':
+      return {
+        type: 'postgres',
+        host: SERVICES.postgres.host,
+        port: SERVICES.postgres.port,
+        username: process.env.PGUSER ?? 'postgres',
+        password: process.env.PGPASSWORD,
+        database: process.env.PGDATABASE ?? 'test',
+        extra,
+      };
+    case 'mariadb':
+      return {
+        type: 'mariadb',
+        host: SERVICES.mariadb.host,
+        port: SERVICES.mariadb.port,
+        username: process.env.MYSQL_USER ?? 'root',
+        password: process.env.MYSQL_PASSWORD ?? '',
+        database: process.env.MYSQL_DATABASE ?? 'test',
+        extra,
+      };
+    case 'sqlite':
+      return { type: 'better-sqlite3', database: ':memory:' };
+  }
+}
+
+export async function openDataSource(
+  dialect: TestDialect,
+  extra: Record<string, unknown> = {},
+): Promise<DataSource> {
+  return new DataSource(dataSourceOptions(dialect, extra)).initialize();
+}
+
+/** A table prefix no other test file or run uses, so files can run in parallel on one server. */
+export function uniquePrefix(tag: string): string {
+  return `t_${tag}_${randomBytes(4).toString('hex')}_`;
+}
+
+/** Creates the tables for `prefix` and returns a store plus helpers to empty and drop them. */
+export async function storeFor(dataSource: DataSource, prefix: string) {
+  await ensureOutboxSchema(dataSource, { tablePrefix: prefix });
+  const store = new TypeOrmOutboxStore(dataSource, { tablePrefix: prefix });
+  const dialect = createDialect(dataSource, { tablePrefix: prefix });
+  return {
+    store,
+    async empty(): Promise<void> {
+      await dataSource.query(`DELETE FROM ${dialect.tables.deliveries.text}`);
+      await dataSource.query(`DELETE FROM ${dialect.tables.events.text}`);
+    },
+    async drop(): Promise<void> {
+      for (const ddl of dialect.dropSchema()) await dataSource.query(ddl);
+    },
+    tables: dialect.tables,
+  };
+}
