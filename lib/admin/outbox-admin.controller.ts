@@ -1,0 +1,119 @@
+import {
+  Body,
+  Controller,
+  Delete,
+  Get,
+  HttpCode,
+  HttpStatus,
+  Param,
+  ParseUUIDPipe,
+  Post,
+  Query,
+  Type,
+  UseFilters,
+  UseGuards,
+  UsePipes,
+  ValidationPipe,
+} from '@nestjs/common';
+import { DeadLetter, OutboxStoreStats } from '../interfaces/outbox-store.interface';
+import { DeadLetterFilterDto } from './dto/dead-letter-filter.dto';
+import { DeadLetterQueryDto } from './dto/dead-letter-query.dto';
+import {
+  PurgeDeadLettersDto,
+  ReplayDeadLetterDto,
+  ReplayDeadLettersDto,
+} from './dto/dead-letter-bulk.dto';
+import { OutboxAdminAuthGuard } from './outbox-admin-auth.guard';
+import { OutboxAdminBodyLimitGuard } from './outbox-admin-body-limit.guard';
+import { OutboxAdminExceptionFilter } from './outbox-admin-exception.filter';
+import {
+  DeadLetterListResponse,
+  DeadLetterSummaryResponse,
+  OutboxAdminService,
+} from './outbox-admin.service';
+
+const uuid = new ParseUUIDPipe();
+
+/**
+ * Dead letters and stats over HTTP. Mounted only through `OutboxAdminModule.register()`, which
+ * subclasses it with the configured path; the pipe, filter and guards here never depend on what the
+ * application configured globally.
+ */
+@Controller()
+@UseGuards(OutboxAdminAuthGuard, OutboxAdminBodyLimitGuard)
+@UseFilters(OutboxAdminExceptionFilter)
+@UsePipes(
+  new ValidationPipe({
+    whitelist: true,
+    forbidNonWhitelisted: true,
+    forbidUnknownValues: true,
+    transform: true,
+    validationError: { target: false, value: false },
+  }),
+)
+export class OutboxAdminController {
+  constructor(private readonly admin: OutboxAdminService) {}
+
+  /** Keyset-paged dead letters, oldest first, without payload and headers. */
+  @Get('dead-letters')
+  list(@Query() query: DeadLetterQueryDto): Promise<DeadLetterListResponse> {
+    return this.admin.list(query);
+  }
+
+  // Declared before `dead-letters/:id` so "summary" is not taken for an id.
+  /** Counts grouped by type, handler, error name and message fingerprint. */
+  @Get('dead-letters/summary')
+  summary(@Query() filter: DeadLetterFilterDto): Promise<DeadLetterSummaryResponse> {
+    return this.admin.summary(filter);
+  }
+
+  /** One dead letter with payload, headers and error history. */
+  @Get('dead-letters/:id')
+  get(@Param('id', uuid) id: string): Promise<DeadLetter> {
+    return this.admin.get(id);
+  }
+
+  @Post('dead-letters/replay')
+  @HttpCode(HttpStatus.OK)
+  replayMany(@Body() body: ReplayDeadLettersDto): Promise<{ replayed: number }> {
+    const { availableAt, ...selection } = body;
+    return this.admin.replay(selection, availableAt);
+  }
+
+  @Post('dead-letters/purge')
+  @HttpCode(HttpStatus.OK)
+  purgeMany(@Body() body: PurgeDeadLettersDto): Promise<{ purged: number }> {
+    return this.admin.purge(body);
+  }
+
+  @Post('dead-letters/:id/replay')
+  @HttpCode(HttpStatus.OK)
+  replayOne(
+    @Param('id', uuid) id: string,
+    @Body() body: ReplayDeadLetterDto,
+  ): Promise<{ replayed: number }> {
+    return this.admin.replayOne(id, body.availableAt);
+  }
+
+  @Delete('dead-letters/:id')
+  purgeOne(@Param('id', uuid) id: string): Promise<{ purged: number }> {
+    return this.admin.purgeOne(id);
+  }
+
+  /** Store-wide counts: pending, due, leased, dead, oldest pending age, per type. */
+  @Get('stats')
+  stats(): Promise<OutboxStoreStats> {
+    return this.admin.stats();
+  }
+}
+
+/**
+ * A controller class mounted at `path`. Each registration gets its own subclass, so two admin
+ * modules (say, one per RouterModule branch) never share route metadata.
+ */
+export function createOutboxAdminController(path: string): Type<OutboxAdminController> {
+  class MountedOutboxAdminController extends OutboxAdminController {}
+  Controller(path)(MountedOutboxAdminController);
+  Object.defineProperty(MountedOutboxAdminController, 'name', { value: 'OutboxAdminController' });
+  return MountedOutboxAdminController;
+}

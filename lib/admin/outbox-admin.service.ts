@@ -1,0 +1,211 @@
+import {
+  BadRequestException,
+  CanActivate,
+  Inject,
+  Injectable,
+  Logger,
+  NotFoundException,
+  OnModuleInit,
+  Type,
+} from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import {
+  DeadLetter,
+  DeadLetterFilter,
+  DeadLetterSelector,
+  DeadLetterSummaryRow,
+  OutboxStore,
+  OutboxStoreStats,
+} from '../interfaces/outbox-store.interface';
+import { OUTBOX_STORE } from '../outbox.constants';
+import { isUuid } from '../outbox-validation';
+import { decodeCursor, isMatchAll } from '../stores/store-helpers';
+import { OutboxAdminOptionsError } from './outbox-admin-options.error';
+import { ResolvedOutboxAdminOptions } from './outbox-admin-options.interface';
+import { OUTBOX_ADMIN_PATH, OUTBOX_ADMIN_RESOLVED_OPTIONS } from './outbox-admin.constants';
+import { OutboxAdminMessages } from './outbox-admin.messages';
+
+/** A dead letter in a list: everything but payload and headers, which can be large. */
+export type DeadLetterListItem = Omit<DeadLetter, 'payload' | 'headers'>;
+
+export interface DeadLetterListResponse {
+  items: DeadLetterListItem[];
+  /** Pass as `cursor` for the next page; `null` on the last page. */
+  nextCursor: string | null;
+}
+
+export interface DeadLetterSummaryResponse {
+  groups: DeadLetterSummaryRow[];
+  total: number;
+}
+
+/** What a bulk request names: the DTO fields, before the "exactly one" and `all` rules. */
+export interface BulkSelection {
+  ids?: string[];
+  filter?: DeadLetterFilter;
+  all?: boolean;
+}
+
+export interface ListQuery extends DeadLetterFilter {
+  limit?: number;
+  cursor?: string;
+}
+
+/**
+ * The admin API's logic, separate from HTTP: finds the store and the guards at init, checks the
+ * rules the DTOs cannot express, and makes one store call per request.
+ */
+@Injectable()
+export class OutboxAdminService implements OnModuleInit {
+  private readonly logger = new Logger('OutboxAdmin');
+  private store?: OutboxStore;
+  private guardInstances: CanActivate[] = [];
+
+  constructor(
+    @Inject(OUTBOX_ADMIN_RESOLVED_OPTIONS) readonly options: ResolvedOutboxAdminOptions,
+    @Inject(OUTBOX_ADMIN_PATH) private readonly path: string,
+    private readonly moduleRef: ModuleRef,
+  ) {}
+
+  async onModuleInit(): Promise<void> {
+    // Looked up across the whole app so this works whether or not OutboxModule is global.
+    try {
+      this.store = this.moduleRef.get<OutboxStore>(OUTBOX_STORE, { strict: false });
+    } catch {
+      throw new OutboxAdminOptionsError('store', OutboxAdminMessages.missingOutboxModule());
+    }
+    this.guardInstances = await Promise.all(
+      this.options.guards.map((guard) => this.resolveGuard(guard)),
+    );
+    if (this.options.allowUnauthenticated && this.guardInstances.length === 0) {
+      this.logger.warn(OutboxAdminMessages.unauthenticated(this.path));
+    }
+  }
+
+  /** The guards to run, in order, once the module is initialized. */
+  get guards(): readonly CanActivate[] {
+    return this.guardInstances;
+  }
+
+  private async resolveGuard(guard: CanActivate | Type<CanActivate>): Promise<CanActivate> {
+    if (typeof guard !== 'function') return guard;
+    try {
+      // A guard the app already provides keeps its single instance...
+      return this.moduleRef.get(guard, { strict: false });
+    } catch {
+      // ...otherwise it is built here, with its dependencies from this module's imports.
+      return this.moduleRef.create(guard);
+    }
+  }
+
+  private get outboxStore(): OutboxStore {
+    if (!this.store)
+      throw new OutboxAdminOptionsError('store', OutboxAdminMessages.missingOutboxModule());
+    return this.store;
+  }
+
+  async list(query: ListQuery): Promise<DeadLetterListResponse> {
+    const { limit = this.options.limits.defaultPageSize, cursor, ...filter } = query;
+    if (limit > this.options.limits.maxPageSize) {
+      throw new BadRequestException(
+        `limit must not be greater than ${this.options.limits.maxPageSize}`,
+      );
+    }
+    if (cursor !== undefined) this.checkCursor(cursor);
+    const page = await this.outboxStore.listDeadLetters({ ...compact(filter), limit, cursor });
+    return {
+      items: page.items.map(({ payload: _payload, headers: _headers, ...item }) => item),
+      nextCursor: page.nextCursor,
+    };
+  }
+
+  async get(id: string): Promise<DeadLetter> {
+    const deadLetter = await this.outboxStore.getDeadLetter(id);
+    if (!deadLetter) throw notFound(id);
+    return deadLetter;
+  }
+
+  async summary(filter: DeadLetterFilter): Promise<DeadLetterSummaryResponse> {
+    const groups = await this.outboxStore.summarizeDeadLetters(compact(filter));
+    return { groups, total: groups.reduce((sum, row) => sum + row.count, 0) };
+  }
+
+  async replayOne(id: string, availableAt?: Date): Promise<{ replayed: number }> {
+    const replayed = await this.outboxStore.replay({ ids: [id] }, availableAt);
+    if (replayed === 0) throw notFound(id);
+    return { replayed };
+  }
+
+  async replay(selection: BulkSelection, availableAt?: Date): Promise<{ replayed: number }> {
+    const selector = toSelector(selection);
+    return { replayed: await this.outboxStore.replay(selector, availableAt) };
+  }
+
+  async purgeOne(id: string): Promise<{ purged: number }> {
+    const purged = await this.outboxStore.purge({ ids: [id] });
+    if (purged === 0) throw notFound(id);
+    return { purged };
+  }
+
+  async purge(selection: BulkSelection): Promise<{ purged: number }> {
+    const selector = toSelector(selection);
+    return { purged: await this.outboxStore.purge(selector) };
+  }
+
+  stats(): Promise<OutboxStoreStats> {
+    return this.outboxStore.stats();
+  }
+
+  /**
+   * SQL stores compare the cursor's id with a uuid column; a forged one must be a 400 here rather
+   * than a database error later.
+   */
+  private checkCursor(cursor: string): void {
+    let id: string;
+    try {
+      id = decodeCursor(cursor).id;
+    } catch {
+      id = '';
+    }
+    if (!isUuid(id))
+      throw new BadRequestException('cursor must be a nextCursor returned by a previous page');
+  }
+}
+
+function notFound(id: string): NotFoundException {
+  return new NotFoundException(`No dead letter with id ${id}`);
+}
+
+/** Drops absent fields so `isMatchAll` and the stores see only real criteria. */
+function compact(filter: DeadLetterFilter): DeadLetterFilter {
+  const { type, handler, key, failedBefore, failedAfter } = filter;
+  return Object.fromEntries(
+    Object.entries({ type, handler, key, failedBefore, failedAfter }).filter(
+      ([, v]) => v !== undefined,
+    ),
+  ) as DeadLetterFilter;
+}
+
+/** Exactly one of ids / filter, and a filter that matches everything only with `all: true`. */
+export function toSelector(selection: BulkSelection): DeadLetterSelector {
+  const { ids, filter, all } = selection;
+  if (ids !== undefined && filter !== undefined) {
+    throw new BadRequestException('send either ids or filter, not both');
+  }
+  if (ids !== undefined) {
+    if (all !== undefined) throw new BadRequestException('all applies to a filter, not to ids');
+    return { ids };
+  }
+  if (filter === undefined) {
+    throw new BadRequestException(
+      'send ids (dead-letter ids) or a filter; to select every dead letter send { "filter": {}, "all": true }',
+    );
+  }
+  const criteria = compact(filter);
+  if (isMatchAll(criteria) && all !== true) {
+    throw new BadRequestException(
+      'this filter selects every dead letter; confirm with "all": true',
+    );
+  }
+  return { filter: criteria };
+}

@@ -1,0 +1,580 @@
+import { randomUUID } from 'node:crypto';
+import { OutboxStoreOptions } from 'nestjs-outbox';
+import { Response } from 'supertest';
+import { AdminApp, API_KEY, createAdminApp, seed, snapshot } from './admin-app';
+
+/** A store to run the admin suite against. */
+export interface AdminStoreHarness {
+  /** Fresh, empty store options for one app. */
+  store(): Promise<OutboxStoreOptions>;
+  /** Moves the store clock forward enough that later dead letters get a later `deadAt`. */
+  advance(): Promise<void>;
+  /** Called after each app closes. */
+  cleanup?(): Promise<void>;
+}
+
+interface Item {
+  id: string;
+  eventId: string;
+  type: string;
+  key: string | null;
+  handler: string;
+  attempts: number;
+  errors: Array<{ name: string; message: string }>;
+  deadAt: string;
+}
+
+const key = { 'x-api-key': API_KEY };
+
+/** The admin HTTP API against one store. */
+export function describeAdminApi(harness: AdminStoreHarness): void {
+  let t: AdminApp | undefined;
+
+  async function open(): Promise<AdminApp> {
+    t = await createAdminApp({ store: await harness.store() });
+    return t;
+  }
+
+  afterEach(async () => {
+    await t?.close();
+    t = undefined;
+    await harness.cleanup?.();
+  });
+
+  async function listAll(
+    a: AdminApp,
+    query: Record<string, string | number> = {},
+    limit = 100,
+  ): Promise<Item[]> {
+    const items: Item[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const res: Response = await a.http
+        .get('/outbox/dead-letters')
+        .set(key)
+        .query({ ...query, limit, ...(cursor ? { cursor } : {}) })
+        .expect(200);
+      expect(res.body.items.length).toBeLessThanOrEqual(limit);
+      items.push(...res.body.items);
+      cursor = res.body.nextCursor;
+      pages++;
+      expect(pages).toBeLessThan(1_000);
+    } while (cursor);
+    return items;
+  }
+
+  describe('reading', () => {
+    // One seeded app for the read-only tests: 260 order dead letters, then later 20 user ones.
+    let a: AdminApp;
+    let all: Item[];
+    let boundary: string;
+
+    beforeAll(async () => {
+      a = await createAdminApp({ store: await harness.store() });
+      await seed(a, { orders: 130, users: 0 });
+      await harness.advance();
+      await seed(a, { orders: 0, users: 20, from: 1000 });
+      all = await listAll(a);
+      boundary = all
+        .filter((i) => i.type === 'user.created')
+        .map((i) => i.deadAt)
+        .sort()[0];
+    });
+    afterAll(async () => {
+      await a?.close();
+      await harness.cleanup?.();
+    });
+
+    it('pages through 280 dead letters without gaps or repeats, in (deadAt, id) order', async () => {
+      expect(all).toHaveLength(280);
+      expect(new Set(all.map((i) => i.id)).size).toBe(280);
+      for (let i = 1; i < all.length; i++) {
+        const [p, c] = [all[i - 1], all[i]];
+        expect(p.deadAt < c.deadAt || (p.deadAt === c.deadAt && p.id < c.id)).toBe(true);
+      }
+      // An odd page size that never lines up with the data gives the same sequence.
+      const bySeven = await listAll(a, {}, 7);
+      expect(bySeven.map((i) => i.id)).toEqual(all.map((i) => i.id));
+    });
+
+    it('uses the default page size and says when there is no next page', async () => {
+      const first = await a.http.get('/outbox/dead-letters').set(key).expect(200);
+      expect(first.body.items).toHaveLength(50);
+      expect(typeof first.body.nextCursor).toBe('string');
+      const onlyUsers = await a.http
+        .get('/outbox/dead-letters')
+        .set(key)
+        .query({ type: 'user.created' })
+        .expect(200);
+      expect(onlyUsers.body.items).toHaveLength(20);
+      expect(onlyUsers.body.nextCursor).toBeNull();
+    });
+
+    it('shows event id, type, key, handler, attempts and error history; payload only on the single view', async () => {
+      const item = all.find((i) => i.handler === 'Billing.onOrder')!;
+      expect(item).toMatchObject({
+        eventId: expect.any(String),
+        type: 'order.placed',
+        key: expect.stringMatching(/^k[012]$/),
+        attempts: 1,
+        reason: 'rejected',
+        errors: [
+          expect.objectContaining({
+            name: 'NonRetryableError',
+            attempt: 1,
+            message: expect.stringContaining('rejected by Billing'),
+          }),
+        ],
+      });
+      expect(item).not.toHaveProperty('payload');
+      const one = await a.http.get(`/outbox/dead-letters/${item.id}`).set(key).expect(200);
+      expect(one.headers['cache-control']).toBe('no-store');
+      expect(one.body).toMatchObject({
+        ...item,
+        payload: { n: expect.any(Number) },
+        headers: { tenant: 't1' },
+      });
+    });
+
+    it.each([
+      ['type', { type: 'user.created' }, (i: Item) => i.type === 'user.created'],
+      ['handler', { handler: 'Shipping.onOrder' }, (i: Item) => i.handler === 'Shipping.onOrder'],
+      ['key', { key: 'k1' }, (i: Item) => i.key === 'k1'],
+      [
+        'type + handler + key',
+        { type: 'order.placed', handler: 'Billing.onOrder', key: 'k2' },
+        (i: Item) => i.type === 'order.placed' && i.handler === 'Billing.onOrder' && i.key === 'k2',
+      ],
+    ])('filters by %s', async (_name, query, predicate) => {
+      const expected = all.filter(predicate).map((i) => i.id);
+      expect(expected.length).toBeGreaterThan(0);
+      expect(expected.length).toBeLessThan(all.length);
+      expect((await listAll(a, query, 30)).map((i) => i.id)).toEqual(expected);
+    });
+
+    it('filters by failedBefore (strict) and failedAfter (inclusive)', async () => {
+      const before = await listAll(a, { failedBefore: boundary });
+      const after = await listAll(a, { failedAfter: boundary });
+      expect(before.map((i) => i.id)).toEqual(
+        all.filter((i) => i.deadAt < boundary).map((i) => i.id),
+      );
+      expect(after.map((i) => i.id)).toEqual(
+        all.filter((i) => i.deadAt >= boundary).map((i) => i.id),
+      );
+      expect(before.every((i) => i.type === 'order.placed')).toBe(true);
+      expect(after.filter((i) => i.type === 'user.created')).toHaveLength(20);
+    });
+
+    it('summarizes by type, handler and error fingerprint, with filters', async () => {
+      const res = await a.http.get('/outbox/dead-letters/summary').set(key).expect(200);
+      expect(res.headers['cache-control']).toBe('no-store');
+      expect(res.body.total).toBe(280);
+      expect(res.body.groups).toEqual(
+        expect.arrayContaining([
+          {
+            type: 'order.placed',
+            handler: 'Billing.onOrder',
+            errorName: 'NonRetryableError',
+            fingerprint: 'order <n> rejected by Billing',
+            count: 130,
+          },
+          {
+            type: 'order.placed',
+            handler: 'Shipping.onOrder',
+            errorName: 'NonRetryableError',
+            fingerprint: 'order <n> rejected by Shipping',
+            count: 130,
+          },
+          {
+            type: 'user.created',
+            handler: 'Users.onCreated',
+            errorName: 'Error',
+            fingerprint: 'user <n> has no mailbox',
+            count: 20,
+          },
+        ]),
+      );
+      const users = await a.http
+        .get('/outbox/dead-letters/summary')
+        .set(key)
+        .query({ handler: 'Users.onCreated' })
+        .expect(200);
+      expect(users.body).toEqual({
+        total: 20,
+        groups: [expect.objectContaining({ handler: 'Users.onCreated', count: 20 })],
+      });
+    });
+
+    it('reports store stats: pending, leased, dead, oldest pending age, per type', async () => {
+      const res = await a.http.get('/outbox/stats').set(key).expect(200);
+      expect(res.headers['cache-control']).toBe('no-store');
+      expect(res.body).toMatchObject({
+        pending: 0,
+        leased: 0,
+        dead: 280,
+        oldestPendingAgeMs: 0,
+        byType: {
+          'order.placed': { dead: 260, pending: 0, leased: 0 },
+          'user.created': { dead: 20 },
+        },
+      });
+    });
+  });
+
+  describe('replay and purge', () => {
+    it('replays one dead letter by id; it is delivered on the next drain', async () => {
+      const a = await open();
+      await seed(a, { orders: 2, users: 0 });
+      const [first] = await listAll(a);
+      const res = await a.http.post(`/outbox/dead-letters/${first.id}/replay`).set(key).expect(200);
+      expect(res.body).toEqual({ replayed: 1 });
+      expect(res.headers['cache-control']).toBe('no-store');
+      await a.http.get(`/outbox/dead-letters/${first.id}`).set(key).expect(404);
+      a.behaviour.failing = false;
+      await a.dispatcher.drain();
+      expect(a.behaviour.delivered).toEqual([`${first.handler.split('.')[0]}:${first.eventId}`]);
+      expect((await a.store.stats()).dead).toBe(3);
+    });
+
+    it('replays a list of ids with one store call, then delivers them', async () => {
+      const a = await open();
+      await seed(a, { orders: 3, users: 2 });
+      const ids = (await listAll(a)).slice(0, 4).map((i) => i.id);
+      const replay = jest.spyOn(a.store, 'replay');
+      const res = await a.http
+        .post('/outbox/dead-letters/replay')
+        .set(key)
+        .send({ ids: [...ids, randomUUID()] })
+        .expect(200);
+      expect(res.body).toEqual({ replayed: 4 });
+      expect(replay).toHaveBeenCalledTimes(1);
+      a.behaviour.failing = false;
+      await a.dispatcher.drain();
+      expect(a.behaviour.delivered).toHaveLength(4);
+      expect((await a.store.stats()).dead).toBe(4);
+    });
+
+    it('replays by filter, and every dead letter with a confirmed match-all filter', async () => {
+      const a = await open();
+      await seed(a, { orders: 3, users: 2 });
+      const byType = await a.http
+        .post('/outbox/dead-letters/replay')
+        .set(key)
+        .send({ filter: { type: 'user.created' } })
+        .expect(200);
+      expect(byType.body).toEqual({ replayed: 2 });
+      a.behaviour.failing = false;
+      await a.dispatcher.drain();
+      expect(a.behaviour.delivered.map((d) => d.split(':')[0])).toEqual(['Users', 'Users']);
+      const everything = await a.http
+        .post('/outbox/dead-letters/replay')
+        .set(key)
+        .send({ filter: {}, all: true })
+        .expect(200);
+      expect(everything.body).toEqual({ replayed: 6 });
+      await a.dispatcher.drain();
+      expect(a.behaviour.delivered).toHaveLength(8);
+      expect(await a.store.stats()).toMatchObject({ dead: 0, pending: 0 });
+    });
+
+    it('replays at a later time when availableAt is given', async () => {
+      const a = await open();
+      await seed(a, { orders: 1, users: 0 });
+      const [first] = await listAll(a);
+      const later = new Date(Date.now() + 3_600_000).toISOString();
+      await a.http
+        .post(`/outbox/dead-letters/${first.id}/replay`)
+        .set(key)
+        .send({ availableAt: later })
+        .expect(200);
+      a.behaviour.failing = false;
+      await a.dispatcher.drain();
+      expect(a.behaviour.delivered).toEqual([]);
+      expect(await a.store.stats()).toMatchObject({ pending: 1, due: 0, dead: 1 });
+    });
+
+    it('purges one by id, a list of ids, by filter, and all with all: true', async () => {
+      const a = await open();
+      await seed(a, { orders: 4, users: 3 });
+      const items = await listAll(a);
+      expect(items).toHaveLength(11);
+      const one = await a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(key).expect(200);
+      expect(one.body).toEqual({ purged: 1 });
+      await a.http.get(`/outbox/dead-letters/${items[0].id}`).set(key).expect(404);
+      await a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(key).expect(404);
+      const purge = jest.spyOn(a.store, 'purge');
+      const some = await a.http
+        .post('/outbox/dead-letters/purge')
+        .set(key)
+        .send({ ids: [items[0].id, items[1].id, items[2].id] })
+        .expect(200);
+      expect(some.body).toEqual({ purged: 2 });
+      expect(purge).toHaveBeenCalledTimes(1);
+      const users = await a.http
+        .post('/outbox/dead-letters/purge')
+        .set(key)
+        .send({ filter: { type: 'user.created' } })
+        .expect(200);
+      const usersLeft = items.slice(3).filter((i) => i.type === 'user.created').length;
+      expect(users.body).toEqual({ purged: usersLeft });
+      const rest = await a.http
+        .post('/outbox/dead-letters/purge')
+        .set(key)
+        .send({ filter: {}, all: true })
+        .expect(200);
+      expect(rest.body).toEqual({ purged: 8 - usersLeft });
+      expect(await listAll(a)).toEqual([]);
+      expect((await a.store.stats()).dead).toBe(0);
+    });
+  });
+
+  describe('refusals change nothing', () => {
+    let a: AdminApp;
+    let items: Item[];
+    let before: unknown;
+
+    beforeAll(async () => {
+      a = await createAdminApp({ store: await harness.store() });
+      await seed(a, { orders: 3, users: 2 });
+      items = await listAll(a);
+      before = await snapshot(a);
+    });
+    afterEach(async () => {
+      expect(await snapshot(a)).toEqual(before);
+    });
+    afterAll(async () => {
+      await a?.close();
+      await harness.cleanup?.();
+    });
+
+    it('answers 403 to a caller the guard denies, on every route', async () => {
+      const id = () => items[0].id;
+      const calls = [
+        () => a.http.get('/outbox/dead-letters'),
+        () => a.http.get('/outbox/dead-letters/summary'),
+        () => a.http.get(`/outbox/dead-letters/${id()}`),
+        () => a.http.post(`/outbox/dead-letters/${id()}/replay`),
+        () => a.http.post('/outbox/dead-letters/replay').send({ filter: {}, all: true }),
+        () => a.http.delete(`/outbox/dead-letters/${id()}`),
+        () => a.http.post('/outbox/dead-letters/purge').send({ filter: {}, all: true }),
+        () => a.http.get('/outbox/stats'),
+      ];
+      for (const call of calls) {
+        for (const req of [call(), call().set('x-api-key', 'wrong')]) {
+          const res = await req;
+          expect(res.status).toBe(403);
+          expect(res.headers['cache-control']).toBe('no-store');
+          expect(res.body).toEqual({
+            statusCode: 403,
+            error: 'Forbidden',
+            message: 'Forbidden resource',
+          });
+        }
+      }
+    });
+
+    const cursorOf = (text: string) => Buffer.from(text, 'utf8').toString('base64url');
+    const bad: Array<[string, number, (a: AdminApp) => Promise<Response>]> = [
+      ['a malformed id', 400, (a) => a.http.get('/outbox/dead-letters/not-a-uuid').set(key)],
+      [
+        'a malformed id on replay',
+        400,
+        (a) => a.http.post('/outbox/dead-letters/123/replay').set(key),
+      ],
+      [
+        'a malformed id on delete',
+        400,
+        (a) => a.http.delete("/outbox/dead-letters/1'%20OR%201=1").set(key),
+      ],
+      ['an unknown id', 404, (a) => a.http.get(`/outbox/dead-letters/${randomUUID()}`).set(key)],
+      [
+        'an unknown id on replay',
+        404,
+        (a) => a.http.post(`/outbox/dead-letters/${randomUUID()}/replay`).set(key),
+      ],
+      [
+        'an unknown id on delete',
+        404,
+        (a) => a.http.delete(`/outbox/dead-letters/${randomUUID()}`).set(key),
+      ],
+      ['limit above the max', 400, (a) => a.http.get('/outbox/dead-letters?limit=101').set(key)],
+      ['limit 0', 400, (a) => a.http.get('/outbox/dead-letters?limit=0').set(key)],
+      ['a non-numeric limit', 400, (a) => a.http.get('/outbox/dead-letters?limit=ten').set(key)],
+      ['a forged cursor', 400, (a) => a.http.get('/outbox/dead-letters?cursor=garbage').set(key)],
+      [
+        'a cursor with a non-uuid id',
+        400,
+        (a) =>
+          a.http
+            .get(`/outbox/dead-letters?cursor=${cursorOf("2024-01-01T00:00:00Z|1' OR 1=1")}`)
+            .set(key),
+      ],
+      [
+        'a bad date',
+        400,
+        (a) => a.http.get('/outbox/dead-letters?failedBefore=yesterday').set(key),
+      ],
+      [
+        'a repeated filter field',
+        400,
+        (a) => a.http.get('/outbox/dead-letters?type=a&type=b').set(key),
+      ],
+      [
+        'an unknown query field',
+        400,
+        (a) => a.http.get('/outbox/dead-letters?status=dead').set(key),
+      ],
+      [
+        'an unknown summary field',
+        400,
+        (a) => a.http.get('/outbox/dead-letters/summary?limit=3').set(key),
+      ],
+      [
+        'replay with neither ids nor filter',
+        400,
+        (a) => a.http.post('/outbox/dead-letters/replay').set(key).send({}),
+      ],
+      ['replay with no body', 400, (a) => a.http.post('/outbox/dead-letters/replay').set(key)],
+      [
+        'purge with neither ids nor filter',
+        400,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .send({ availableAt: new Date().toISOString() }),
+      ],
+      [
+        'replay with a match-all filter and no all',
+        400,
+        (a) => a.http.post('/outbox/dead-letters/replay').set(key).send({ filter: {} }),
+      ],
+      [
+        'purge with a match-all filter and no all',
+        400,
+        (a) => a.http.post('/outbox/dead-letters/purge').set(key).send({ filter: {}, all: false }),
+      ],
+      [
+        'purge with all but no filter',
+        400,
+        (a) => a.http.post('/outbox/dead-letters/purge').set(key).send({ all: true }),
+      ],
+      [
+        'both ids and filter',
+        400,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .send({ ids: [items[0].id], filter: { type: 'order.placed' } }),
+      ],
+      [
+        'ids with all',
+        400,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .send({ ids: [items[0].id], all: true }),
+      ],
+      [
+        'an empty id list',
+        400,
+        (a) => a.http.post('/outbox/dead-letters/purge').set(key).send({ ids: [] }),
+      ],
+      [
+        'a malformed id in the list',
+        400,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/replay')
+            .set(key)
+            .send({ ids: [items[0].id, 'nope'] }),
+      ],
+      [
+        '1,001 ids',
+        400,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .send({ ids: [items[0].id, ...Array.from({ length: 1000 }, () => randomUUID())] }),
+      ],
+      [
+        'an unknown body field',
+        400,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/replay')
+            .set(key)
+            .send({ filter: { type: 'order.placed' }, force: true }),
+      ],
+      [
+        'an unknown filter field',
+        400,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .send({ filter: { status: 'dead' } }),
+      ],
+      [
+        'a filter that is not an object',
+        400,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .send({ filter: 'order.placed', all: true }),
+      ],
+      [
+        'a filter that is an array',
+        400,
+        (a) => a.http.post('/outbox/dead-letters/purge').set(key).send({ filter: [], all: true }),
+      ],
+      [
+        'a body that is an array',
+        400,
+        (a) => a.http.post('/outbox/dead-letters/purge').set(key).send([items[0].id]),
+      ],
+      [
+        'a bad availableAt',
+        400,
+        (a) =>
+          a.http
+            .post(`/outbox/dead-letters/${items[0].id}/replay`)
+            .set(key)
+            .send({ availableAt: 'soon' }),
+      ],
+      [
+        'a body over 64 KiB',
+        413,
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .send({ filter: { type: 'x'.repeat(70_000) } }),
+      ],
+      [
+        'a body over 64 KiB on a single replay',
+        413,
+        (a) =>
+          a.http
+            .post(`/outbox/dead-letters/${items[0].id}/replay`)
+            .set(key)
+            .send({ pad: 'x'.repeat(66_000) }),
+      ],
+    ];
+
+    it.each(bad)('answers %s with %i', async (_name, status, call) => {
+      const res = await call(a);
+      expect(res.status).toBe(status);
+      expect(res.headers['cache-control']).toBe('no-store');
+      expect(res.body).toMatchObject({ statusCode: status, message: expect.anything() });
+      expect(JSON.stringify(res.body)).not.toMatch(
+        /"stack"|\n\s+at |SELECT |INSERT INTO|UPDATE |DELETE FROM/,
+      );
+    });
+  });
+}
