@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { OutboxOptionsError } from './errors/outbox-options.error';
+import { resolveInboxOptions } from './inbox/inbox-options';
 import {
   OutboxLimits,
   OutboxModuleOptions,
@@ -157,5 +158,7 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
     batchSize: positiveInt('retention.batchSize', r.batchSize, 1_000),
   };
 
-  return { store, dispatcher, limits, retention };
+  const inbox = resolveInboxOptions(root.inbox, store);
+
+  return { store, dispatcher, limits, retention, inbox };
 }

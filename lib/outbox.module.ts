@@ -15,6 +15,8 @@ import { resolveOutboxOptions } from './outbox-options';
 import { OutboxService } from './outbox.service';
 import { OutboxStoreLifecycle } from './outbox-store.lifecycle';
 import { createOutboxStore } from './stores/store.factory';
+import { InboxContext } from './inbox/inbox.context';
+import { InboxService } from './inbox/inbox.service';
 
 /**
  * The outbox: `OutboxModule.forRoot(options)` or `forRootAsync({ imports, inject, useFactory })`.
@@ -51,6 +53,8 @@ import { createOutboxStore } from './stores/store.factory';
     OutboxService,
     OutboxDispatcher,
     OutboxStoreLifecycle,
+    InboxService,
+    InboxContext,
   ],
   exports: [
     OutboxService,
@@ -58,6 +62,8 @@ import { createOutboxStore } from './stores/store.factory';
     OUTBOX_STORE,
     OUTBOX_RESOLVED_OPTIONS,
     OutboxHandlerRegistry,
+    InboxService,
+    InboxContext,
   ],
 })
 export class OutboxModule extends OutboxConfigurableModule {}

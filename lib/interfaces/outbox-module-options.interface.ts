@@ -1,6 +1,7 @@
 import type { OutboxStore } from './outbox-store.interface';
 import type { TypeOrmStoreOptions } from '../stores/typeorm/typeorm-store.options';
 import type { RedisStoreOptions } from '../stores/redis/redis-store.options';
+import type { OutboxInboxOptions, ResolvedInboxOptions } from '../inbox/inbox-options.interface';
 
 /** In-process store for unit tests and single-process experiments. */
 export interface MemoryStoreOptions {
@@ -94,6 +95,8 @@ export interface OutboxModuleOptions {
   dispatcher?: OutboxDispatcherOptions;
   limits?: Partial<OutboxLimits>;
   retention?: OutboxRetentionOptions;
+  /** Where `@Inbox()` consumers record processed messages. @default the 'typeorm' store's DataSource */
+  inbox?: OutboxInboxOptions;
 }
 
 /** Options after defaults are applied and validated. */
@@ -104,4 +107,6 @@ export interface ResolvedOutboxOptions {
   };
   limits: OutboxLimits;
   retention: Required<OutboxRetentionOptions>;
+  /** `null` when there is no module-level inbox (per-decorator DataSources still work). */
+  inbox: ResolvedInboxOptions | null;
 }

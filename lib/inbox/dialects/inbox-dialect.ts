@@ -1,0 +1,55 @@
+/** The inbox table's names, quoted for one dialect. */
+export interface InboxTable {
+  /** Qualified, quoted table name for SQL text. */
+  table: string;
+  /** Quoted index name on `processed_at`. */
+  index: string;
+  /** Unquoted name, used to build lock names. */
+  plain: string;
+}
+
+/** A statement and its positional parameters. */
+export interface InboxStatement {
+  sql: string;
+  params: unknown[];
+}
+
+/**
+ * The inbox SQL of one database family. Claims are single insert-or-ignore statements whose
+ * affected row count says whether this transaction took the message, so two deliveries can
+ * never both pass a check that precedes the write.
+ */
+export interface InboxDialect {
+  readonly name: 'postgres' | 'mysql' | 'sqlite';
+  tableNames(tablePrefix: string, schema?: string): InboxTable;
+  /** Idempotent DDL for the table and its retention index. */
+  createSchema(t: InboxTable): string[];
+  dropSchema(t: InboxTable): string[];
+  /** Affects one row when claimed, none when the message was already processed. */
+  claim(t: InboxTable, consumer: string, messageId: string): InboxStatement;
+  /** Deletes at most `batchSize` records processed more than `retentionMs` ago (store clock). */
+  deleteExpired(t: InboxTable, retentionMs: number, batchSize: number): InboxStatement;
+  /**
+   * Session lock so only one process cleans at a time; `null` when the database has no
+   * cross-process lock worth taking (SQLite is one process by design).
+   */
+  tryLock(name: string): InboxStatement | null;
+  unlock(name: string): InboxStatement | null;
+  /** Deadlocks, serialization failures, busy database: the claim can simply be tried again. */
+  isTransient(error: unknown): boolean;
+  /**
+   * TypeORM gives SQLite one shared connection, so two open transactions would interleave on it;
+   * the inbox runs its transactions one at a time there.
+   */
+  readonly serialTransactions: boolean;
+}
+
+/** Reads a driver error code through TypeORM's `QueryFailedError.driverError` wrapper. */
+export function driverErrorField(error: unknown, field: string): unknown {
+  if (typeof error !== 'object' || error === null) return undefined;
+  const record = error as Record<string, unknown>;
+  const driverError = record.driverError as Record<string, unknown> | undefined;
+  return driverError?.[field] ?? record[field];
+}
+
+export const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,47}$/;

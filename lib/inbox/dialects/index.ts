@@ -1,0 +1,30 @@
+import { OutboxOptionsError } from '../../errors/outbox-options.error';
+import { InboxDialect } from './inbox-dialect';
+import { mysqlInboxDialect } from './mysql';
+import { postgresInboxDialect } from './postgres';
+import { sqliteInboxDialect } from './sqlite';
+
+export type { InboxDialect, InboxStatement, InboxTable } from './inbox-dialect';
+export { IDENTIFIER } from './inbox-dialect';
+
+const BY_DRIVER: Record<string, InboxDialect> = {
+  postgres: postgresInboxDialect,
+  'aurora-postgres': postgresInboxDialect,
+  mysql: mysqlInboxDialect,
+  mariadb: mysqlInboxDialect,
+  'aurora-mysql': mysqlInboxDialect,
+  'better-sqlite3': sqliteInboxDialect,
+  sqlite: sqliteInboxDialect,
+};
+
+/** Picks the inbox SQL for a TypeORM DataSource's `options.type`. */
+export function inboxDialectFor(type: string, field = 'inbox.dataSource'): InboxDialect {
+  const dialect = BY_DRIVER[type];
+  if (!dialect) {
+    throw new OutboxOptionsError(
+      field,
+      `the inbox supports PostgreSQL, MySQL/MariaDB and SQLite (better-sqlite3) DataSources, not "${type}"`,
+    );
+  }
+  return dialect;
+}

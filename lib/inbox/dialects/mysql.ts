@@ -1,0 +1,51 @@
+import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
+
+// ER_LOCK_DEADLOCK: three or more transactions inserting one key while the first rolls back can
+// deadlock on their shared locks; ER_LOCK_WAIT_TIMEOUT: a claim waited on a long handler.
+const TRANSIENT = new Set([1213, 1205]);
+
+export const mysqlInboxDialect: InboxDialect = {
+  name: 'mysql',
+  serialTransactions: false,
+
+  tableNames(prefix, schema): InboxTable {
+    const qualify = (name: string) => (schema ? `\`${schema}\`.\`${name}\`` : `\`${name}\``);
+    return {
+      table: qualify(`${prefix}inbox`),
+      index: `\`${prefix}inbox_processed_at_idx\``,
+      plain: `${schema ? `${schema}.` : ''}${prefix}inbox`,
+    };
+  },
+
+  // Binary collation: message ids are opaque, 'ABC' and 'abc' are different messages. The
+  // timestamp is written in UTC explicitly because DATETIME follows the session time zone.
+  createSchema: (t) => [
+    `CREATE TABLE IF NOT EXISTS ${t.table} (
+      consumer VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+      message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+      processed_at DATETIME(3) NOT NULL,
+      PRIMARY KEY (consumer, message_id),
+      KEY ${t.index} (processed_at)
+    ) ENGINE=InnoDB`,
+  ],
+
+  dropSchema: (t) => [`DROP TABLE IF EXISTS ${t.table}`],
+
+  // INSERT IGNORE also downgrades errors such as truncation to warnings; ids and consumers are
+  // validated (length, characters) before they reach this statement so that cannot merge keys.
+  claim: (t, consumer, messageId) => ({
+    sql: `INSERT IGNORE INTO ${t.table} (consumer, message_id, processed_at) VALUES (?, ?, UTC_TIMESTAMP(3))`,
+    params: [consumer, messageId],
+  }),
+
+  deleteExpired: (t, retentionMs, batchSize) => ({
+    sql: `DELETE FROM ${t.table} WHERE processed_at < UTC_TIMESTAMP(3) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`,
+    params: [Math.round(retentionMs * 1000), batchSize],
+  }),
+
+  // GET_LOCK names are limited to 64 characters.
+  tryLock: (name) => ({ sql: 'SELECT GET_LOCK(?, 0) AS locked', params: [name.slice(0, 64)] }),
+  unlock: (name) => ({ sql: 'SELECT RELEASE_LOCK(?) AS unlocked', params: [name.slice(0, 64)] }),
+
+  isTransient: (error) => TRANSIENT.has(Number(driverErrorField(error, 'errno'))),
+};

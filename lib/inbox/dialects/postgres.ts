@@ -1,0 +1,57 @@
+import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
+
+// 40001 serialization_failure (REPEATABLE READ / SERIALIZABLE meeting a concurrent claim),
+// 40P01 deadlock_detected, 55P03 lock_not_available.
+const TRANSIENT = new Set(['40001', '40P01', '55P03']);
+
+export const postgresInboxDialect: InboxDialect = {
+  name: 'postgres',
+  serialTransactions: false,
+
+  tableNames(prefix, schema): InboxTable {
+    const qualify = (name: string) => (schema ? `"${schema}"."${name}"` : `"${name}"`);
+    return {
+      table: qualify(`${prefix}inbox`),
+      index: `"${prefix}inbox_processed_at_idx"`,
+      plain: `${schema ? `${schema}.` : ''}${prefix}inbox`,
+    };
+  },
+
+  createSchema: (t) => [
+    `CREATE TABLE IF NOT EXISTS ${t.table} (
+      consumer varchar(255) NOT NULL,
+      message_id varchar(255) NOT NULL,
+      processed_at timestamptz NOT NULL DEFAULT now(),
+      PRIMARY KEY (consumer, message_id)
+    )`,
+    `CREATE INDEX IF NOT EXISTS ${t.index} ON ${t.table} (processed_at)`,
+  ],
+
+  dropSchema: (t) => [`DROP TABLE IF EXISTS ${t.table}`],
+
+  // A concurrent uncommitted claim of the same key makes this wait on the row lock and then
+  // either skip (it committed) or insert (it rolled back).
+  claim: (t, consumer, messageId) => ({
+    sql: `INSERT INTO ${t.table} (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+    params: [consumer, messageId],
+  }),
+
+  deleteExpired: (t, retentionMs, batchSize) => ({
+    sql: `DELETE FROM ${t.table} WHERE (consumer, message_id) IN (
+      SELECT consumer, message_id FROM ${t.table}
+      WHERE processed_at < now() - ($1::double precision * interval '1 millisecond')
+      LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+    params: [retentionMs, batchSize],
+  }),
+
+  tryLock: (name) => ({
+    sql: 'SELECT pg_try_advisory_lock(hashtext($1)) AS locked',
+    params: [name],
+  }),
+  unlock: (name) => ({
+    sql: 'SELECT pg_advisory_unlock(hashtext($1)) AS unlocked',
+    params: [name],
+  }),
+
+  isTransient: (error) => TRANSIENT.has(String(driverErrorField(error, 'code'))),
+};

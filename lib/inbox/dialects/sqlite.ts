@@ -1,0 +1,46 @@
+import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
+
+// Milliseconds since the epoch by SQLite's clock, so retention uses one clock for write and check.
+const NOW_MS = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`;
+
+export const sqliteInboxDialect: InboxDialect = {
+  name: 'sqlite',
+  serialTransactions: true,
+
+  tableNames(prefix): InboxTable {
+    return {
+      table: `"${prefix}inbox"`,
+      index: `"${prefix}inbox_processed_at_idx"`,
+      plain: `${prefix}inbox`,
+    };
+  },
+
+  createSchema: (t) => [
+    `CREATE TABLE IF NOT EXISTS ${t.table} (
+      consumer TEXT NOT NULL,
+      message_id TEXT NOT NULL,
+      processed_at INTEGER NOT NULL,
+      PRIMARY KEY (consumer, message_id)
+    )`,
+    `CREATE INDEX IF NOT EXISTS ${t.index} ON ${t.table} (processed_at)`,
+  ],
+
+  dropSchema: (t) => [`DROP TABLE IF EXISTS ${t.table}`],
+
+  claim: (t, consumer, messageId) => ({
+    sql: `INSERT OR IGNORE INTO ${t.table} (consumer, message_id, processed_at) VALUES (?, ?, ${NOW_MS})`,
+    params: [consumer, messageId],
+  }),
+
+  // DELETE … LIMIT needs a compile-time option SQLite builds usually lack.
+  deleteExpired: (t, retentionMs, batchSize) => ({
+    sql: `DELETE FROM ${t.table} WHERE rowid IN (
+      SELECT rowid FROM ${t.table} WHERE processed_at < ${NOW_MS} - ? LIMIT ?)`,
+    params: [retentionMs, batchSize],
+  }),
+
+  tryLock: () => null,
+  unlock: () => null,
+
+  isTransient: (error) => String(driverErrorField(error, 'code')).startsWith('SQLITE_BUSY'),
+};

@@ -1,0 +1,102 @@
+import type { ExecutionContext } from '@nestjs/common';
+
+/** Transaction isolation of the inbox transaction (what TypeORM accepts). */
+export type InboxIsolationLevel =
+  'READ UNCOMMITTED' | 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+
+/** A Nest injection token of a TypeORM DataSource, e.g. `getDataSourceToken('orders')`. */
+export type InboxDataSourceToken = string | symbol | (abstract new (...args: any[]) => unknown);
+
+/** `OutboxModule.forRoot({ inbox })`: where and how inbox records are kept. */
+export interface OutboxInboxOptions {
+  /**
+   * The TypeORM `DataSource` holding the inbox table; your handlers' writes must go to the same
+   * database to be atomic with it. @default the TypeORM store's DataSource when `store.type` is `'typeorm'`
+   */
+  dataSource?: unknown;
+  /** Injection token of that DataSource (e.g. `getDataSourceToken()` from `@nestjs/typeorm`). */
+  dataSourceToken?: InboxDataSourceToken;
+  /**
+   * How long a processed message is remembered. Must exceed the longest time a duplicate can still
+   * arrive: the broker's or dispatcher's whole retry span plus your replay window.
+   * @default 604800000 (7 days)
+   */
+  retentionMs?: number;
+  /** How often the retention job runs in this process; 0 disables it. @default 60000 */
+  cleanupIntervalMs?: number;
+  /** Records deleted per statement by the retention job. @default 1000 */
+  cleanupBatchSize?: number;
+  /** Isolation of the inbox transaction. @default the database's (READ COMMITTED on PostgreSQL, REPEATABLE READ on MySQL) */
+  isolationLevel?: InboxIsolationLevel;
+  /** The table is `${tablePrefix}inbox`. @default 'outbox_' */
+  tablePrefix?: string;
+  /** PostgreSQL schema (or MySQL database) of the table. @default the connection's */
+  schema?: string;
+  /** Create the table on first use if missing. @default true unless NODE_ENV is 'production' */
+  ensureSchema?: boolean;
+}
+
+/** Module-level inbox options after defaults and validation. */
+export interface ResolvedInboxOptions {
+  dataSource?: unknown;
+  dataSourceToken?: InboxDataSourceToken;
+  retentionMs: number;
+  cleanupIntervalMs: number;
+  cleanupBatchSize: number;
+  isolationLevel?: InboxIsolationLevel;
+  tablePrefix: string;
+  schema?: string;
+  ensureSchema: boolean;
+}
+
+/** Reads the message id from the execution context. Return `undefined` when there is none. */
+export type InboxMessageIdExtractor = (context: ExecutionContext) => unknown;
+
+/**
+ * Where a consumer's message id comes from:
+ * - `{ header: name }` – an HTTP request header, or a transport header of a microservice message
+ *   (NATS headers, RabbitMQ properties/headers, Kafka headers, MQTT user properties);
+ * - `{ path: 'meta.id' }` – a dotted path into the HTTP body or the microservice payload;
+ * - a function `(context: ExecutionContext) => string`.
+ */
+export type InboxMessageIdSource = { header: string } | { path: string } | InboxMessageIdExtractor;
+
+/** `@Inbox(options)` */
+export interface InboxOptions {
+  /**
+   * Where the message id comes from. Outbox handlers always use the event id.
+   * @default `{ header: 'Idempotency-Key' }` for HTTP, `{ path: 'id' }` for microservices
+   */
+  messageId?: InboxMessageIdSource;
+  /**
+   * Name under which this consumer records messages; keep it stable across deploys, and give two
+   * consumers of one message different names.
+   * @default the outbox handler name, or `ClassName.methodName`
+   */
+  consumer?: string;
+  /**
+   * Returned instead of running the method when the message was already processed; a function is
+   * called with the execution context. @default undefined
+   */
+  duplicateResult?: unknown;
+  /** Run this consumer's inbox on another DataSource (an injection token or the instance). */
+  dataSource?: InboxDataSourceToken | object;
+  /** @default the module's `inbox.isolationLevel` */
+  isolationLevel?: InboxIsolationLevel;
+}
+
+/** Counters of `InboxService.stats()`, since the process started. */
+export interface InboxStats {
+  /** Messages claimed and committed (the effect ran once). */
+  processed: number;
+  /** Deliveries skipped because the message was already processed. */
+  duplicates: number;
+  /** Claims rolled back because the method (or the commit) failed. */
+  failed: number;
+  /** Claims retried after a deadlock or serialization failure. */
+  transientRetries: number;
+  /** Records deleted by the retention job. */
+  cleanupDeleted: number;
+  /** Retention runs skipped because another process held the cleanup lock. */
+  cleanupSkipped: number;
+}

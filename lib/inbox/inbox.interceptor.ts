@@ -1,0 +1,92 @@
+import {
+  BadRequestException,
+  CallHandler,
+  ExecutionContext,
+  Injectable,
+  NestInterceptor,
+} from '@nestjs/common';
+import { ModuleRef, Reflector } from '@nestjs/core';
+import { defer, from, lastValueFrom, mergeAll, Observable, of, toArray } from 'rxjs';
+import { InboxMessageIdError } from './errors/inbox-message-id.error';
+import { INBOX_METADATA } from './inbox.constants';
+import { runInInboxScope } from './inbox.context';
+import { InboxMessages } from './inbox.messages';
+import { consumerName, MissingMessageId, normalizeKey, resolveMessageId } from './inbox-message-id';
+import { InboxOptions } from './inbox-options.interface';
+import { InboxService } from './inbox.service';
+
+/**
+ * Applied by `@Inbox()`. It depends only on `ModuleRef` and `Reflector`, which every module can
+ * inject, so consumers work in any module without re-importing OutboxModule.
+ */
+@Injectable()
+export class InboxInterceptor implements NestInterceptor {
+  private service: InboxService | null = null;
+
+  constructor(
+    private readonly moduleRef: ModuleRef,
+    private readonly reflector: Reflector,
+  ) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    return defer(() => this.process(context, next)).pipe(mergeAll());
+  }
+
+  private async process(
+    context: ExecutionContext,
+    next: CallHandler,
+  ): Promise<Observable<unknown>> {
+    const options =
+      this.reflector.get<InboxOptions | undefined>(INBOX_METADATA, context.getHandler()) ?? {};
+    const name = consumerName(context, options);
+    const consumer = normalizeKey(name, 'the consumer name');
+    if (consumer instanceof MissingMessageId) throw this.refuse(context, name, consumer.reason);
+    const messageId = resolveMessageId(context, options);
+    if (messageId instanceof MissingMessageId)
+      throw this.refuse(context, consumer, messageId.reason);
+
+    const result = await this.inbox().run(
+      { consumer, messageId },
+      // The handler may return an Observable (microservice replies, streams): all of its values
+      // are collected inside the transaction so nothing runs after the commit, then replayed.
+      (manager) =>
+        runInInboxScope({ manager, consumer, messageId }, () =>
+          lastValueFrom(next.handle().pipe(toArray())),
+        ),
+      options,
+    );
+    if (!result.duplicate) return from(result.value);
+    const duplicate =
+      typeof options.duplicateResult === 'function'
+        ? await options.duplicateResult(context)
+        : options.duplicateResult;
+    return of(duplicate);
+  }
+
+  private inbox(): InboxService {
+    if (this.service) return this.service;
+    let service: InboxService;
+    try {
+      service = this.moduleRef.get(InboxService, { strict: false });
+    } catch {
+      throw new Error(InboxMessages.moduleMissing());
+    }
+    return (this.service = service);
+  }
+
+  /** A message without a usable id fails in the words of its transport. */
+  private refuse(context: ExecutionContext, consumer: string, reason: string): Error {
+    const error = new InboxMessageIdError(consumer, reason);
+    switch (context.getType<string>()) {
+      case 'http':
+        return new BadRequestException(error.message, { cause: error });
+      case 'rpc': {
+        const { RpcException } =
+          require('@nestjs/microservices') as typeof import('@nestjs/microservices');
+        return new RpcException(error.message);
+      }
+      default:
+        return error;
+    }
+  }
+}

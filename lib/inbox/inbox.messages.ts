@@ -1,0 +1,40 @@
+/** Log text of the inbox, kept in one place. */
+export const InboxMessages = {
+  duplicate: (consumer: string, messageId: string) =>
+    `Inbox: ${consumer} already processed message ${messageId}; skipped`,
+  cleanupDone: (table: string, deleted: number, batches: number) =>
+    `Inbox retention removed ${deleted} record(s) from ${table} in ${batches} batch(es)`,
+  cleanupSkipped: (table: string) =>
+    `Inbox retention on ${table} skipped: another process holds the cleanup lock`,
+  cleanupFailed: (table: string, error: unknown) =>
+    `Inbox retention on ${table} failed: ${describe(error)}`,
+  notConfigured: (where: string) =>
+    `@Inbox() on ${where} has no DataSource: configure OutboxModule.forRoot({ inbox: { dataSource } }), ` +
+    "use the 'typeorm' store, or pass @Inbox({ dataSource: token })",
+  moduleMissing: () =>
+    '@Inbox() needs OutboxModule: import OutboxModule.forRoot({ …, inbox: { … } }) in the application',
+  dataSourceNotFound: (where: string, token: unknown) =>
+    `@Inbox() on ${where}: no provider for DataSource token ${describeToken(token)}`,
+  notADataSource: (where: string) =>
+    `@Inbox() on ${where}: the dataSource is not a TypeORM DataSource`,
+  notInitialized: (where: string) =>
+    `@Inbox() on ${where}: the TypeORM DataSource is not initialized (call dataSource.initialize() or let @nestjs/typeorm do it)`,
+  managerOnOutboxHandler: (where: string) =>
+    `@InboxManager() on ${where} cannot work: outbox handlers are called with (event, context) only. ` +
+    'Inject InboxContext and use inboxContext.manager instead.',
+  badConsumer: (where: string, reason: string) => `@Inbox() on ${where}: consumer ${reason}`,
+  badIsolationLevel: (where: string, value: unknown) =>
+    `@Inbox() on ${where}: isolationLevel ${JSON.stringify(value)} is not READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ or SERIALIZABLE`,
+  badMessageIdSource: (where: string) =>
+    `@Inbox() on ${where}: messageId must be { header: string }, { path: string } or a function (context) => string`,
+};
+
+function describe(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return String(error);
+}
+
+function describeToken(token: unknown): string {
+  if (typeof token === 'function') return token.name;
+  return String(token);
+}

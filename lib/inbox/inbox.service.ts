@@ -1,0 +1,292 @@
+import {
+  BeforeApplicationShutdown,
+  Inject,
+  Injectable,
+  Logger,
+  OnApplicationBootstrap,
+  OnModuleInit,
+} from '@nestjs/common';
+import { DiscoveryService, MetadataScanner, ModuleRef, Reflector } from '@nestjs/core';
+import { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
+import type { SchedulerRegistry } from '@nestjs/schedule';
+import type { DataSource, EntityManager } from 'typeorm';
+import { OutboxOptionsError } from '../errors/outbox-options.error';
+import type { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
+import { OUTBOX_HANDLER_METADATA, OUTBOX_RESOLVED_OPTIONS } from '../outbox.constants';
+import {
+  INBOX_CLEANUP_INTERVAL,
+  INBOX_MANAGER_PARAMS_METADATA,
+  INBOX_METADATA,
+} from './inbox.constants';
+import { InboxMessages } from './inbox.messages';
+import { normalizeKey, MissingMessageId } from './inbox-message-id';
+import { DEFAULT_INBOX_RETENTION_MS, isIsolationLevel } from './inbox-options';
+import {
+  InboxIsolationLevel,
+  InboxOptions,
+  InboxStats,
+  ResolvedInboxOptions,
+} from './inbox-options.interface';
+import { InboxCleanupResult, InboxRunResult, InboxStore } from './inbox.store';
+
+const DEFAULT_KEY = Symbol('default inbox DataSource');
+
+/**
+ * Runs `@Inbox()` consumers: resolves their DataSources, creates the table where allowed,
+ * counts outcomes and runs the retention job.
+ */
+@Injectable()
+export class InboxService
+  implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown
+{
+  private readonly logger = new Logger('OutboxInbox');
+  private readonly config: ResolvedInboxOptions | null;
+  private readonly stores = new Map<unknown, Promise<InboxStore>>();
+  private readonly counters: InboxStats = {
+    processed: 0,
+    duplicates: 0,
+    failed: 0,
+    transientRetries: 0,
+    cleanupDeleted: 0,
+    cleanupSkipped: 0,
+  };
+  private cleanupTimer: NodeJS.Timeout | null = null;
+  private scheduler: SchedulerRegistry | null = null;
+  private cleaning: Promise<unknown> | null = null;
+
+  constructor(
+    @Inject(OUTBOX_RESOLVED_OPTIONS) options: ResolvedOutboxOptions,
+    private readonly moduleRef: ModuleRef,
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+    private readonly reflector: Reflector,
+  ) {
+    this.config = options.inbox;
+  }
+
+  /** Validates every `@Inbox()` method and prepares its table before anything is delivered. */
+  async onModuleInit(): Promise<void> {
+    const pending: Promise<InboxStore>[] = [];
+    if (this.config) pending.push(this.storeFor(undefined, 'OutboxModule inbox'));
+    for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
+      for (const { where, method, options } of this.inboxMethods(wrapper)) {
+        this.validate(where, method, options);
+        pending.push(this.storeFor(options.dataSource, where));
+      }
+    }
+    await Promise.all(pending);
+  }
+
+  onApplicationBootstrap(): void {
+    const interval = this.config?.cleanupIntervalMs ?? 60_000;
+    if (interval === 0 || this.stores.size === 0) return;
+    this.cleanupTimer = setInterval(() => void this.cleanup().catch(() => undefined), interval);
+    this.cleanupTimer.unref();
+    this.scheduler = this.resolveScheduler();
+    this.scheduler?.addInterval(INBOX_CLEANUP_INTERVAL, this.cleanupTimer);
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    if (this.cleanupTimer) {
+      clearInterval(this.cleanupTimer);
+      if (this.scheduler?.doesExist('interval', INBOX_CLEANUP_INTERVAL)) {
+        this.scheduler.deleteInterval(INBOX_CLEANUP_INTERVAL);
+      }
+      this.cleanupTimer = null;
+    }
+    await this.cleaning;
+  }
+
+  /** Counters since the process started. */
+  stats(): InboxStats {
+    return { ...this.counters };
+  }
+
+  /**
+   * Runs `work` once per `(consumer, messageId)` in an inbox transaction on the consumer's
+   * DataSource (see `@Inbox()`); used by the interceptor, callable directly for custom consumers.
+   */
+  async run<T>(
+    key: { consumer: string; messageId: string },
+    work: (manager: EntityManager) => Promise<T>,
+    options: Pick<InboxOptions, 'dataSource' | 'isolationLevel'> = {},
+  ): Promise<InboxRunResult<T>> {
+    const store = await this.storeFor(options.dataSource, key.consumer);
+    try {
+      const result = await store.run(key.consumer, key.messageId, work, {
+        isolationLevel: options.isolationLevel ?? this.config?.isolationLevel,
+        onTransientRetry: () => this.counters.transientRetries++,
+      });
+      if (result.duplicate) {
+        this.counters.duplicates++;
+        this.logger.debug(InboxMessages.duplicate(key.consumer, key.messageId));
+      } else {
+        this.counters.processed++;
+      }
+      return result;
+    } catch (error) {
+      this.counters.failed++;
+      throw error;
+    }
+  }
+
+  /** One retention pass over every inbox table this process uses. */
+  async cleanup(): Promise<InboxCleanupResult[]> {
+    const run = (async () => {
+      const results: InboxCleanupResult[] = [];
+      for (const pending of this.stores.values()) {
+        const store = await pending.catch(() => null);
+        if (!store) continue;
+        try {
+          const result = await store.cleanup(
+            this.config?.retentionMs ?? DEFAULT_INBOX_RETENTION_MS,
+            this.config?.cleanupBatchSize ?? 1_000,
+          );
+          results.push(result);
+          this.counters.cleanupDeleted += result.deleted;
+          if (result.skipped) {
+            this.counters.cleanupSkipped++;
+            this.logger.debug(InboxMessages.cleanupSkipped(store.names.plain));
+          } else if (result.deleted > 0) {
+            this.logger.debug(
+              InboxMessages.cleanupDone(store.names.plain, result.deleted, result.batches),
+            );
+          }
+        } catch (error) {
+          this.logger.warn(InboxMessages.cleanupFailed(store.names.plain, error));
+          throw error;
+        }
+      }
+      return results;
+    })();
+    this.cleaning = run.catch(() => undefined);
+    return run;
+  }
+
+  /** The inbox store of a consumer's DataSource (the module default when none is given). */
+  storeFor(dataSource: InboxOptions['dataSource'], where: string): Promise<InboxStore> {
+    const key = dataSource ?? DEFAULT_KEY;
+    let store = this.stores.get(key);
+    if (!store) {
+      store = this.createStore(dataSource, where);
+      this.stores.set(key, store);
+      // A failed lookup is not cached, so a later call reports the error again.
+      store.catch(() => this.stores.delete(key));
+    }
+    return store;
+  }
+
+  private async createStore(dataSource: InboxOptions['dataSource'], where: string) {
+    const instance = this.resolveDataSource(dataSource, where);
+    // Two tokens may name one DataSource; share its store (and SQLite's transaction queue).
+    for (const [key, other] of this.stores) {
+      if (key === (dataSource ?? DEFAULT_KEY)) continue;
+      const existing = await other.catch(() => null);
+      if (existing?.dataSource === instance) return existing;
+    }
+    const store = new InboxStore(instance, {
+      tablePrefix: this.config?.tablePrefix,
+      schema: this.config?.schema,
+    });
+    if (this.config?.ensureSchema ?? process.env.NODE_ENV !== 'production') {
+      await store.ensureSchema();
+    }
+    return store;
+  }
+
+  private resolveDataSource(dataSource: InboxOptions['dataSource'], where: string): DataSource {
+    let value: unknown = dataSource;
+    if (value === undefined) {
+      if (!this.config) throw new OutboxOptionsError('inbox', InboxMessages.notConfigured(where));
+      // The default connection of @nestjs/typeorm is registered under the DataSource class.
+      value =
+        this.config.dataSource ??
+        this.config.dataSourceToken ??
+        (require('typeorm') as typeof import('typeorm')).DataSource;
+    }
+    if (!isDataSource(value)) {
+      const token = value;
+      try {
+        value = this.moduleRef.get(token as string, { strict: false });
+      } catch {
+        throw new OutboxOptionsError(
+          'inbox.dataSource',
+          InboxMessages.dataSourceNotFound(where, token),
+        );
+      }
+      if (!isDataSource(value)) {
+        throw new OutboxOptionsError('inbox.dataSource', InboxMessages.notADataSource(where));
+      }
+    }
+    if (!value.isInitialized) {
+      throw new OutboxOptionsError('inbox.dataSource', InboxMessages.notInitialized(where));
+    }
+    return value;
+  }
+
+  private *inboxMethods(wrapper: InstanceWrapper) {
+    const { instance } = wrapper;
+    if (!instance || typeof instance !== 'object') return;
+    const prototype = Object.getPrototypeOf(instance);
+    if (!prototype) return;
+    for (const name of this.scanner.getAllMethodNames(prototype)) {
+      const method = prototype[name];
+      const options = this.reflector.get<InboxOptions | undefined>(INBOX_METADATA, method);
+      if (options) yield { where: `${instance.constructor.name}.${name}`, method, options };
+    }
+  }
+
+  private validate(where: string, method: object, options: InboxOptions): void {
+    if (options.consumer !== undefined) {
+      const consumer = normalizeKey(options.consumer, 'consumer');
+      if (consumer instanceof MissingMessageId) {
+        throw new OutboxOptionsError(
+          '@Inbox consumer',
+          InboxMessages.badConsumer(where, consumer.reason),
+        );
+      }
+    }
+    if (options.isolationLevel !== undefined && !isIsolationLevel(options.isolationLevel)) {
+      throw new OutboxOptionsError(
+        '@Inbox isolationLevel',
+        InboxMessages.badIsolationLevel(where, options.isolationLevel as InboxIsolationLevel),
+      );
+    }
+    const source = options.messageId as unknown;
+    const validSource =
+      source === undefined ||
+      typeof source === 'function' ||
+      (typeof source === 'object' &&
+        source !== null &&
+        (typeof (source as { header?: unknown }).header === 'string' ||
+          typeof (source as { path?: unknown }).path === 'string'));
+    if (!validSource) {
+      throw new OutboxOptionsError('@Inbox messageId', InboxMessages.badMessageIdSource(where));
+    }
+    const managerParams = Reflect.getMetadata(INBOX_MANAGER_PARAMS_METADATA, method) as
+      number[] | undefined;
+    if (managerParams?.length && this.reflector.get(OUTBOX_HANDLER_METADATA, method as never)) {
+      throw new OutboxOptionsError('@InboxManager', InboxMessages.managerOnOutboxHandler(where));
+    }
+  }
+
+  private resolveScheduler(): SchedulerRegistry | null {
+    try {
+      const { SchedulerRegistry } =
+        require('@nestjs/schedule') as typeof import('@nestjs/schedule');
+      return this.moduleRef.get(SchedulerRegistry, { strict: false });
+    } catch {
+      // Without @nestjs/schedule the job still runs on its own timer; it is just not listed.
+      return null;
+    }
+  }
+}
+
+function isDataSource(value: unknown): value is DataSource {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as DataSource).createQueryRunner === 'function' &&
+    typeof (value as DataSource).options === 'object'
+  );
+}

@@ -1,0 +1,207 @@
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import { inboxDialectFor, InboxDialect, InboxStatement, InboxTable } from './dialects';
+import { InboxIsolationLevel } from './inbox-options.interface';
+
+/** Where the inbox table lives. */
+export interface InboxTableOptions {
+  /** @default 'outbox_' */
+  tablePrefix?: string;
+  /** PostgreSQL schema / MySQL database. */
+  schema?: string;
+}
+
+export type InboxRunResult<T> = { duplicate: true } | { duplicate: false; value: T };
+
+export interface InboxCleanupResult {
+  deleted: number;
+  batches: number;
+  /** Another runner held the cleanup lock; nothing was deleted. */
+  skipped: boolean;
+}
+
+// A claim that met a deadlock or serialization failure ran no user code yet, so it is simply
+// tried again a few times before the error goes to the caller (and its redelivery).
+const CLAIM_ATTEMPTS = 5;
+// Bounds one retention run; the next interval continues where this one stopped.
+const MAX_BATCHES_PER_RUN = 50;
+
+/**
+ * The inbox table of one DataSource: schema, claim-and-run transactions and retention. Holds
+ * no state but a queue used on SQLite, where all transactions share one connection.
+ */
+export class InboxStore {
+  readonly dialect: InboxDialect;
+  readonly names: InboxTable;
+  private queue: Promise<unknown> = Promise.resolve();
+  private cleaning = false;
+
+  constructor(
+    readonly dataSource: DataSource,
+    options: InboxTableOptions = {},
+  ) {
+    this.dialect = inboxDialectFor(String(dataSource.options.type));
+    this.names = this.dialect.tableNames(options.tablePrefix ?? 'outbox_', options.schema);
+  }
+
+  /** Creates the table and index if missing (safe to call from several processes). */
+  async ensureSchema(): Promise<void> {
+    await withRunner(this.dataSource, async (runner) => {
+      // Concurrent CREATE … IF NOT EXISTS can still collide in PostgreSQL's catalog; a
+      // transaction-scoped advisory lock makes bootstrapping processes take turns.
+      const serialize = this.dialect.name === 'postgres';
+      if (serialize) {
+        await runner.startTransaction();
+        await runner.query('SELECT pg_advisory_xact_lock(hashtext($1))', [
+          `nestjs-outbox:schema:${this.names.plain}`,
+        ]);
+      }
+      try {
+        for (const sql of this.dialect.createSchema(this.names)) await runner.query(sql);
+        if (serialize) await runner.commitTransaction();
+      } catch (error) {
+        if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+        throw error;
+      }
+    });
+  }
+
+  /**
+   * Opens a transaction, claims `(consumer, messageId)` and, only if this transaction took it,
+   * runs `work` with the transaction's manager and commits. Any failure rolls back the claim
+   * together with the work's writes.
+   */
+  run<T>(
+    consumer: string,
+    messageId: string,
+    work: (manager: EntityManager) => Promise<T>,
+    options: { isolationLevel?: InboxIsolationLevel; onTransientRetry?: () => void } = {},
+  ): Promise<InboxRunResult<T>> {
+    const task = () => this.runNow(consumer, messageId, work, options);
+    if (!this.dialect.serialTransactions) return task();
+    const result = this.queue.then(task, task);
+    this.queue = result.catch(() => undefined);
+    return result;
+  }
+
+  private async runNow<T>(
+    consumer: string,
+    messageId: string,
+    work: (manager: EntityManager) => Promise<T>,
+    options: { isolationLevel?: InboxIsolationLevel; onTransientRetry?: () => void },
+  ): Promise<InboxRunResult<T>> {
+    for (let attempt = 1; ; attempt++) {
+      const runner = this.dataSource.createQueryRunner('master');
+      let claimed: boolean;
+      try {
+        await runner.startTransaction(options.isolationLevel);
+        claimed = (await exec(runner, this.dialect.claim(this.names, consumer, messageId))) > 0;
+      } catch (error) {
+        await rollback(runner);
+        await runner.release();
+        if (attempt < CLAIM_ATTEMPTS && this.dialect.isTransient(error)) {
+          options.onTransientRetry?.();
+          await pause(10 * attempt + Math.random() * 20);
+          continue;
+        }
+        throw error;
+      }
+      try {
+        if (!claimed) {
+          await runner.rollbackTransaction();
+          return { duplicate: true };
+        }
+        const value = await work(runner.manager);
+        await runner.commitTransaction();
+        return { duplicate: false, value };
+      } catch (error) {
+        await rollback(runner);
+        throw error;
+      } finally {
+        await runner.release();
+      }
+    }
+  }
+
+  /**
+   * Deletes records older than `retentionMs` by the database clock, `batchSize` per statement,
+   * each statement its own short transaction. One runner at a time across processes (advisory
+   * lock on PostgreSQL, GET_LOCK on MySQL; SQLite is one process).
+   */
+  async cleanup(retentionMs: number, batchSize: number): Promise<InboxCleanupResult> {
+    if (this.cleaning) return { deleted: 0, batches: 0, skipped: true };
+    this.cleaning = true;
+    try {
+      return await withRunner(this.dataSource, async (runner) => {
+        const lockName = `nestjs-outbox:inbox-cleanup:${this.names.plain}`;
+        const lock = this.dialect.tryLock(lockName);
+        if (lock) {
+          const rows = (await runner.query(lock.sql, lock.params)) as { locked: unknown }[];
+          if (!isTrue(rows[0]?.locked)) return { deleted: 0, batches: 0, skipped: true };
+        }
+        try {
+          let deleted = 0;
+          let batches = 0;
+          while (batches < MAX_BATCHES_PER_RUN) {
+            const count = await exec(
+              runner,
+              this.dialect.deleteExpired(this.names, retentionMs, batchSize),
+            );
+            batches++;
+            deleted += count;
+            if (count < batchSize) break;
+          }
+          return { deleted, batches, skipped: false };
+        } finally {
+          const unlock = this.dialect.unlock(lockName);
+          if (unlock) await runner.query(unlock.sql, unlock.params);
+        }
+      });
+    } finally {
+      this.cleaning = false;
+    }
+  }
+
+  /** Drops the inbox table (tests and the migration's `down`). */
+  async dropSchema(): Promise<void> {
+    await withRunner(this.dataSource, async (runner) => {
+      for (const sql of this.dialect.dropSchema(this.names)) await runner.query(sql);
+    });
+  }
+}
+
+/** Creates the inbox table and index on a DataSource if they are missing. */
+export async function ensureInboxSchema(
+  dataSource: DataSource,
+  options: InboxTableOptions = {},
+): Promise<void> {
+  await new InboxStore(dataSource, options).ensureSchema();
+}
+
+async function withRunner<T>(dataSource: DataSource, fn: (runner: QueryRunner) => Promise<T>) {
+  const runner = dataSource.createQueryRunner('master');
+  try {
+    return await fn(runner);
+  } finally {
+    await runner.release();
+  }
+}
+
+/** Runs a statement and returns the affected row count. */
+async function exec(runner: QueryRunner, statement: InboxStatement): Promise<number> {
+  const result = await runner.query(statement.sql, statement.params, true);
+  return Number(result.affected ?? 0);
+}
+
+async function rollback(runner: QueryRunner): Promise<void> {
+  // A failed rollback (connection already gone) leaves nothing to undo: the server discards the
+  // transaction with the connection.
+  if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+}
+
+function isTrue(value: unknown): boolean {
+  return value === true || value === 1 || value === '1' || value === 't';
+}
+
+function pause(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,21 @@
+export { Inbox } from './inbox.decorator';
+export { InboxManager } from './inbox-manager.decorator';
+export { InboxContext } from './inbox.context';
+export type { InboxScope } from './inbox.context';
+export { InboxInterceptor } from './inbox.interceptor';
+export { InboxService } from './inbox.service';
+export { ensureInboxSchema } from './inbox.store';
+export type { InboxCleanupResult, InboxRunResult, InboxTableOptions } from './inbox.store';
+export { createInboxMigration } from './inbox.migration';
+export { InboxMessageIdError } from './errors/inbox-message-id.error';
+export { InboxContextError } from './errors/inbox-context.error';
+export { INBOX_CLEANUP_INTERVAL } from './inbox.constants';
+export type {
+  InboxDataSourceToken,
+  InboxIsolationLevel,
+  InboxMessageIdExtractor,
+  InboxMessageIdSource,
+  InboxOptions,
+  InboxStats,
+  OutboxInboxOptions,
+} from './inbox-options.interface';
