@@ -1,0 +1,172 @@
+import { randomUUID } from 'node:crypto';
+import Redis from 'ioredis';
+import {
+  AppendableEvent,
+  ClaimedDelivery,
+  HandlerSubscription,
+  LeaseLostError,
+} from 'nestjs-outbox';
+import { RedisOutboxStore } from '../../../lib/stores/redis';
+import { describeWithService } from '../../support/services';
+import { connect, dropPrefix, keysOf, uniquePrefix } from './redis-test-support';
+
+const CLAIMERS = 8;
+const EVENTS = 5_000;
+const LEASE_MS = 1_500;
+const HANDLERS: HandlerSubscription[] = [
+  { name: 'H1', types: ['race.event'] },
+  { name: 'H2', types: ['race.event'] },
+];
+
+describeWithService('redis', 'RedisOutboxStore under concurrent claimers', () => {
+  const clients: Redis[] = [];
+  let admin: Redis;
+  let prefix: string;
+
+  beforeAll(() => {
+    admin = connect();
+    prefix = uniquePrefix('race');
+  });
+  afterAll(async () => {
+    await dropPrefix(admin, prefix);
+    await Promise.all([admin, ...clients].map((c) => c.quit()));
+  });
+
+  it(`${CLAIMERS} claimers on their own connections over ${EVENTS} events: no double lease, nothing lost, order kept, memory returns to baseline`, async () => {
+    const store = (client: Redis) => new RedisOutboxStore({ client, prefix });
+    const appenderClient = connect();
+    clients.push(appenderClient);
+    const appender = store(appenderClient);
+
+    // Baseline: the only key an emptied outbox keeps is its append counter.
+    const [warm] = await appender.append([event(-1, null, ['H1'])]);
+    const [w] = await appender.claim({
+      workerId: 'warm',
+      handlers: HANDLERS,
+      limit: 1,
+      leaseMs: LEASE_MS,
+    });
+    expect(w.event.id).toBe(warm.id);
+    await appender.ack(w.lease);
+    await appender.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: 0, batchSize: 10 });
+    const baseline = await keysOf(admin, prefix);
+    expect(baseline).toEqual([`{${prefix}}:seq`]);
+
+    const events = Array.from({ length: EVENTS }, (_, i) =>
+      // Every 5th event is keyed (50 keys); every 10th is appended without known handlers.
+      event(i, i % 5 === 0 ? `key-${i % 50}` : null, i % 10 === 3 ? [] : ['H1', 'H2']),
+    );
+    const expected = EVENTS * HANDLERS.length;
+
+    // Held leases by delivery id: who holds it and until when (store clock).
+    const held = new Map<string, { worker: string; until: number }>();
+    const acked = new Map<string, number>();
+    const ackOrder = new Map<string, number[]>();
+    let doubleLeases = 0;
+    let orderViolations = 0;
+    let lost = 0;
+    let appended = 0;
+
+    const appending = (async () => {
+      for (let i = 0; i < events.length; i += 100) {
+        await appender.append(events.slice(i, i + 100));
+        appended = i + 100;
+      }
+    })();
+
+    const worker = async (n: number) => {
+      const client = connect();
+      clients.push(client);
+      const s = store(client);
+      const workerId = `w${n}`;
+      let idle = 0;
+      while (acked.size < expected && idle < 400) {
+        const batch = await s.claim({ workerId, handlers: HANDLERS, limit: 20, leaseMs: LEASE_MS });
+        if (batch.length === 0) {
+          idle++;
+          await new Promise((r) => setTimeout(r, appended < EVENTS ? 5 : 25));
+          continue;
+        }
+        idle = 0;
+        for (const c of batch) {
+          const claimedAt = c.lease.leaseUntil.getTime() - LEASE_MS;
+          const prev = held.get(c.id);
+          if (prev && prev.until > claimedAt) doubleLeases++;
+          held.set(c.id, { worker: workerId, until: c.lease.leaseUntil.getTime() });
+        }
+        await Promise.all(batch.map((c) => settle(s, c)));
+      }
+    };
+
+    const settle = async (s: RedisOutboxStore, c: ClaimedDelivery) => {
+      const roll = Math.random();
+      if (roll < 0.01) return; // crash: the lease expires and another worker takes over
+      // Forget the lease before giving it up: Redis may hand the delivery to another worker before
+      // this settle's reply arrives. Were that lease still live, this settle would fail (lost > 0).
+      held.delete(c.id);
+      try {
+        if (roll < 0.02) {
+          await s.release(c.lease);
+        } else if (roll < 0.05) {
+          await s.retry(c.lease, Math.floor(Math.random() * 30), {
+            name: 'Error',
+            message: 'flaky',
+            attempt: c.attempt,
+            workerId: c.lease.owner,
+          });
+        } else {
+          await s.ack(c.lease);
+          const pair = `${c.event.id}/${c.handler}`;
+          acked.set(pair, (acked.get(pair) ?? 0) + 1);
+          if (c.event.key !== null) {
+            const k = `${c.handler}/${c.event.key}`;
+            const seq = (c.event.payload as { i: number }).i;
+            const list = ackOrder.get(k) ?? [];
+            if (list.length && list[list.length - 1] > seq) orderViolations++;
+            list.push(seq);
+            ackOrder.set(k, list);
+          }
+        }
+      } catch (error) {
+        if (!(error instanceof LeaseLostError)) throw error;
+        lost++;
+      }
+    };
+
+    await Promise.all([appending, ...Array.from({ length: CLAIMERS }, (_, n) => worker(n))]);
+
+    expect(doubleLeases).toBe(0);
+    expect(orderViolations).toBe(0);
+    expect(acked.size).toBe(expected);
+    expect([...acked.values()].every((n) => n === 1)).toBe(true);
+    // Leases only expire for the simulated crashes, and those are never settled late.
+    expect(lost).toBe(0);
+    expect(await appender.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0, byType: {} });
+
+    let removed = 0;
+    for (;;) {
+      const r = await appender.cleanup({
+        deliveredRetentionMs: 0,
+        deadLetterRetentionMs: 0,
+        batchSize: 1000,
+      });
+      removed += r.events;
+      if (r.events === 0) break;
+    }
+    expect(removed).toBe(EVENTS);
+    expect(await keysOf(admin, prefix)).toEqual(baseline);
+  }, 120_000);
+});
+
+function event(i: number, key: string | null, handlers: string[]): AppendableEvent {
+  return {
+    id: randomUUID(),
+    type: 'race.event',
+    payload: { i },
+    key,
+    headers: {},
+    occurredAt: new Date(),
+    availableAt: null,
+    handlers,
+  };
+}
