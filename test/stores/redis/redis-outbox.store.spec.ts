@@ -1,0 +1,254 @@
+import { randomUUID } from 'node:crypto';
+import Redis from 'ioredis';
+import {
+  AppendableEvent,
+  HandlerSubscription,
+  MissingDependencyError,
+  OutboxOptionsError,
+  ResolvedOutboxOptions,
+} from 'nestjs-outbox';
+import { createRedisOutboxStore, RedisOutboxStore } from '../../../lib/stores/redis';
+import type { StoreFactoryContext } from '../../../lib/stores/store.factory';
+import { describeWithService, SERVICES } from '../../support/services';
+import { connect, dropPrefix, keysOf, uniquePrefix } from './redis-test-support';
+
+const A: HandlerSubscription = { name: 'A', types: ['t'] };
+
+function event(overrides: Partial<AppendableEvent> = {}): AppendableEvent {
+  return {
+    id: randomUUID(),
+    type: 't',
+    payload: {},
+    key: null,
+    headers: {},
+    occurredAt: new Date(),
+    availableAt: null,
+    handlers: ['A'],
+    ...overrides,
+  };
+}
+
+const ctx = {} as StoreFactoryContext;
+const url = `redis://${SERVICES.redis.host}:${SERVICES.redis.port}`;
+
+describeWithService('redis', 'RedisOutboxStore specifics', () => {
+  let client: Redis;
+  let prefix: string;
+  let store: RedisOutboxStore;
+  const claim = (handlers = [A], workerId = 'w') =>
+    store.claim({ workerId, handlers, limit: 10, leaseMs: 10_000 });
+
+  beforeEach(() => {
+    client = connect();
+    prefix = uniquePrefix('spec');
+    store = new RedisOutboxStore({ client, prefix });
+  });
+  afterEach(async () => {
+    await dropPrefix(client, prefix);
+    await client.quit();
+  });
+
+  describe('per-key order with late deliveries', () => {
+    it('runs an older event expanded late before a newer one of the same key', async () => {
+      const e1 = event({ key: 'k', handlers: [] });
+      const e2 = event({ key: 'k', handlers: ['A'] });
+      await store.append([e1]);
+      await store.append([e2]);
+      const first = await claim();
+      expect(first.map((c) => c.event.id)).toEqual([e1.id]);
+      await store.ack(first[0].lease);
+      expect((await claim()).map((c) => c.event.id)).toEqual([e2.id]);
+    });
+
+    it('lets a newer delivery that is already running finish, then runs the older one', async () => {
+      const e1 = event({ key: 'k', handlers: [] });
+      const e2 = event({ key: 'k', handlers: ['A'] });
+      await store.append([e1, e2]);
+      // A worker that does not subscribe to type t claims A's explicit delivery without expanding.
+      const [running] = await claim([{ name: 'A', types: [] }]);
+      expect(running.event.id).toBe(e2.id);
+      expect(await claim()).toHaveLength(0);
+      await store.retry(running.lease, 0, {
+        name: 'Error',
+        message: 'x',
+        attempt: 1,
+        workerId: 'w',
+      });
+      // After its retry the newer one yields to the older event it now waits behind.
+      const next = await claim();
+      expect(next.map((c) => c.event.id)).toEqual([e1.id]);
+      await store.ack(next[0].lease);
+      expect((await claim()).map((c) => c.event.id)).toEqual([e2.id]);
+    });
+
+    it('puts a replayed dead letter back in front of its key', async () => {
+      const [e1, e2] = [event({ key: 'k' }), event({ key: 'k' })];
+      await store.append([e1, e2]);
+      const [c1] = await claim();
+      await store.deadLetter(c1.lease, 'rejected', {
+        name: 'Error',
+        message: 'x',
+        attempt: 1,
+        workerId: 'w',
+      });
+      expect(await store.replay({ ids: [c1.id] })).toBe(1);
+      const next = await claim();
+      expect(next.map((c) => c.event.id)).toEqual([e1.id]);
+    });
+  });
+
+  it('keeps every key of one outbox under its {prefix} hash tag', async () => {
+    await store.append([
+      event({ key: 'k' }),
+      event({ handlers: [] }),
+      event({ availableAt: new Date(Date.now() + 60_000) }),
+    ]);
+    const [c] = await claim();
+    await store.deadLetter(c.lease, 'rejected', {
+      name: 'Error',
+      message: 'x',
+      attempt: 1,
+      workerId: 'w',
+    });
+    const keys = await client.keys('*');
+    const ours = keys.filter((k) => k.includes(prefix));
+    expect(ours.length).toBeGreaterThan(5);
+    expect(ours.every((k) => k.startsWith(`{${prefix}}:`))).toBe(true);
+  });
+
+  it('honours an ioredis keyPrefix on the application client', async () => {
+    const prefixed = new Redis({
+      host: SERVICES.redis.host,
+      port: SERVICES.redis.port,
+      keyPrefix: 'app:',
+    });
+    const s = new RedisOutboxStore({ client: prefixed, prefix });
+    await s.append([event({ key: 'k' })]);
+    const [c] = await s.claim({ workerId: 'w', handlers: [A], limit: 1, leaseMs: 10_000 });
+    await s.ack(c.lease);
+    const keys = await client.keys(`*${prefix}*`);
+    expect(keys.length).toBeGreaterThan(0);
+    expect(keys.every((k) => k.startsWith(`app:{${prefix}}:`))).toBe(true);
+    await Promise.all(keys.map((k) => client.del(k)));
+    await prefixed.quit();
+  });
+
+  it('recovers when the server forgets its scripts (restart, failover)', async () => {
+    await store.append([event()]);
+    await client.script('FLUSH');
+    expect(await claim()).toHaveLength(1);
+  });
+
+  it('claims with bounded work per call on a large backlog of unexpanded events', async () => {
+    const s = new RedisOutboxStore({ client, prefix, claimSweepLimit: 5 });
+    await s.append(Array.from({ length: 12 }, () => event({ handlers: [] })));
+    const first = await s.claim({ workerId: 'w', handlers: [A], limit: 100, leaseMs: 10_000 });
+    expect(first).toHaveLength(5);
+    const rest = [
+      ...(await s.claim({ workerId: 'w', handlers: [A], limit: 100, leaseMs: 10_000 })),
+      ...(await s.claim({ workerId: 'w', handlers: [A], limit: 100, leaseMs: 10_000 })),
+    ];
+    expect(rest).toHaveLength(7);
+  });
+
+  it('pages dead letters under a scan bound without losing any', async () => {
+    const s = new RedisOutboxStore({ client, prefix, deadLetterScanLimit: 3 });
+    const wanted = new Set<string>();
+    for (let i = 0; i < 10; i++) {
+      await s.append([event({ type: i % 3 === 0 ? 'x' : 't', handlers: ['A'] })]);
+      const [c] = await s.claim({
+        workerId: 'w',
+        handlers: [{ name: 'A', types: [] }],
+        limit: 1,
+        leaseMs: 10_000,
+      });
+      await s.deadLetter(c.lease, 'rejected', {
+        name: 'Error',
+        message: 'x',
+        attempt: 1,
+        workerId: 'w',
+      });
+      if (i % 3 === 0) wanted.add(c.id);
+    }
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    for (let pages = 0; pages < 20; pages++) {
+      const page = await s.listDeadLetters({ limit: 2, type: 'x', cursor });
+      seen.push(...page.items.map((d) => d.id));
+      if (!page.nextCursor) break;
+      cursor = page.nextCursor;
+    }
+    expect(new Set(seen)).toEqual(wanted);
+    expect(seen).toHaveLength(wanted.size);
+    expect(await s.replay({ filter: { type: 'x' } })).toBe(4);
+    expect(await s.purge({ filter: {} })).toBe(6);
+  });
+});
+
+describeWithService('redis', 'createRedisOutboxStore', () => {
+  it('uses the application client and never closes it', async () => {
+    const client = connect();
+    const prefix = uniquePrefix('factory');
+    const store = await createRedisOutboxStore({ type: 'redis', client, prefix }, ctx);
+    await store.append([event()]);
+    await store.close?.();
+    expect(client.status).toBe('ready');
+    expect(await keysOf(client, prefix)).not.toHaveLength(0);
+    await dropPrefix(client, prefix);
+    await client.quit();
+  });
+
+  it('creates a client from url and closes it in close()', async () => {
+    const name = `outbox-${randomUUID().slice(0, 8)}`;
+    const admin = connect();
+    const store = await createRedisOutboxStore(
+      {
+        type: 'redis',
+        url,
+        prefix: uniquePrefix('factory'),
+        redisOptions: { connectionName: name },
+      },
+      ctx,
+    );
+    expect(await store.now()).toBeInstanceOf(Date);
+    expect(await admin.client('LIST')).toContain(`name=${name}`);
+    await store.close?.();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await admin.client('LIST')).not.toContain(`name=${name}`);
+    await admin.quit();
+  });
+
+  it('refuses options without a client or url, or with something that is not a client', async () => {
+    await expect(createRedisOutboxStore({ type: 'redis' }, ctx)).rejects.toBeInstanceOf(
+      OutboxOptionsError,
+    );
+    await expect(createRedisOutboxStore({ type: 'redis', client: {} }, ctx)).rejects.toThrow(
+      /ioredis client/,
+    );
+    expect(() => new RedisOutboxStore({ client: connectLazy(), prefix: 'a{b}' })).toThrow(
+      OutboxOptionsError,
+    );
+  });
+
+  it('names the package and install command when ioredis is missing', async () => {
+    jest.resetModules();
+    jest.doMock('ioredis', () => {
+      throw Object.assign(new Error("Cannot find module 'ioredis'"), { code: 'MODULE_NOT_FOUND' });
+    });
+    const {
+      createRedisOutboxStore: create,
+    } = require('../../../lib/stores/redis/redis-store.factory');
+    const {
+      MissingDependencyError: Missing,
+    } = require('../../../lib/errors/missing-dependency.error');
+    const failure = create({ type: 'redis', url }, { options: {} as ResolvedOutboxOptions });
+    await expect(failure).rejects.toBeInstanceOf(Missing);
+    await expect(failure).rejects.toThrow('npm install ioredis');
+    jest.dontMock('ioredis');
+    expect(MissingDependencyError).toBeDefined();
+  });
+});
+
+function connectLazy(): Redis {
+  return new Redis({ lazyConnect: true });
+}
