@@ -5,6 +5,7 @@ import {
   Logger,
   Module,
   UnauthorizedException,
+  ValidationPipe,
 } from '@nestjs/common';
 import { RouterModule } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
@@ -219,7 +220,7 @@ describe('OutboxAdminModule', () => {
       expect((await t.http.get('/outbox/stats').set(key).expect(200)).body.dead).toBe(2);
     });
 
-    it('ignores a global ValidationPipe-free app and an app-level prefix does not break it', async () => {
+    it('works under a global prefix and next to a global ValidationPipe with other settings', async () => {
       const moduleRef = await Test.createTestingModule({
         imports: [
           OutboxModule.forRoot({ store: memory(), dispatcher: { enabled: false } }),
@@ -228,13 +229,22 @@ describe('OutboxAdminModule', () => {
       }).compile();
       const app = moduleRef.createNestApplication({ logger: false });
       app.setGlobalPrefix('api');
+      app.useGlobalPipes(new ValidationPipe({ transform: true }));
       await app.init();
       try {
-        await request(app.getHttpServer()).get('/api/outbox/stats').set(key).expect(200);
-        await request(app.getHttpServer())
-          .get('/api/outbox/dead-letters?limit=abc')
+        const http = request(app.getHttpServer());
+        await http
+          .get('/api/outbox/dead-letters?limit=5&failedBefore=2030-01-01T00:00:00Z')
           .set(key)
-          .expect(400);
+          .expect(200);
+        await http.get('/api/outbox/dead-letters?limit=abc').set(key).expect(400);
+        await http.get('/api/outbox/dead-letters?extra=1').set(key).expect(400);
+        await http.post('/api/outbox/dead-letters/purge').set(key).send({ filter: {} }).expect(400);
+        await http
+          .post('/api/outbox/dead-letters/purge')
+          .set(key)
+          .send({ filter: {}, all: true })
+          .expect(200, { purged: 0 });
       } finally {
         await app.close();
       }
