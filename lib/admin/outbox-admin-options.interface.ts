@@ -35,7 +35,7 @@ export interface OutboxAdminModuleOptions {
 export interface OutboxAdminModuleExtras {
   /** Route prefix of the admin controller, relative to any `RouterModule` path. @default 'outbox' */
   path: string;
-  /** Modules the guards' dependencies come from (`register()` only; `registerAsync` has its own). */
+  /** Modules the guards' dependencies come from (`register()` only; `registerAsync` has its own). @default [] */
   imports?: ModuleMetadata['imports'];
 }
 
