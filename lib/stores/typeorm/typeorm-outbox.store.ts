@@ -29,7 +29,14 @@ import { OUTBOX_ERROR_HISTORY, UNEXPANDED_HANDLER } from '../../outbox.constants
 import { isUuid } from '../../outbox-validation';
 import { decodeCursor, encodeCursor, errorFingerprint, sameEventContent } from '../store-helpers';
 import { createDialect } from './dialects';
-import { EventInsert, Plan, Row, SqlDialect, StatementResult } from './dialects/sql-dialect';
+import {
+  ClaimCandidates,
+  EventInsert,
+  Plan,
+  Row,
+  SqlDialect,
+  StatementResult,
+} from './dialects/sql-dialect';
 import { EMPTY, join, list, raw, sql, SqlText } from './sql';
 import { OutboxTableOptions } from './typeorm-outbox.tables';
 import { ensureOutboxSchema } from './typeorm-outbox.schema';
@@ -207,14 +214,18 @@ export class TypeOrmOutboxStore implements OutboxStore {
     await this.expand(request);
     const d = this.dialect;
     const token = randomUUID();
-    const candidates = sql`SELECT c.id FROM ${this.D} c
-WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')
+    const candidates: ClaimCandidates = ({
+      limit,
+      lock,
+      within,
+    }) => sql`SELECT c.id FROM ${this.D} c${within ? sql` ${d.byId}` : EMPTY}
+WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
   AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
   AND (c.event_key IS NULL OR NOT EXISTS (
     SELECT 1 FROM ${this.D} p
     WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq))
 ORDER BY c.event_seq
-LIMIT ${raw(String(Math.floor(request.limit)))} ${d.skipLocked}`;
+LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     const columns = sql`d.id, d.handler, d.attempts, d.lease_owner, d.lease_token, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${this.eventColumns('e')}`;
     const rows = await d.run(
       () =>
@@ -297,7 +308,7 @@ LIMIT ${raw(String(Math.floor(request.limit)))} ${d.skipLocked}`;
   private async settle(lease: Lease, set: SqlText): Promise<void> {
     if (!isUuid(lease.deliveryId)) throw new LeaseLostError(lease.deliveryId, lease.owner);
     const { affected } = await this.one(
-      sql`UPDATE ${this.D} SET ${set}, lease_owner = NULL, lease_token = NULL, lease_until = NULL WHERE ${this.fenced(lease)}`,
+      sql`UPDATE ${this.D} ${this.dialect.byId} SET ${set}, lease_owner = NULL, lease_token = NULL, lease_until = NULL WHERE ${this.fenced(lease)}`,
     );
     if (affected === 0) throw new LeaseLostError(lease.deliveryId, lease.owner);
   }
@@ -305,9 +316,9 @@ LIMIT ${raw(String(Math.floor(request.limit)))} ${d.skipLocked}`;
   async renew(lease: Lease, leaseMs: number): Promise<Lease> {
     if (!isUuid(lease.deliveryId)) throw new LeaseLostError(lease.deliveryId, lease.owner);
     const d = this.dialect;
-    const update = sql`UPDATE ${this.D} SET lease_until = ${d.plusMs(d.now, leaseMs)} WHERE ${this.fenced(lease)}`;
+    const update = sql`UPDATE ${this.D} ${d.byId} SET lease_until = ${d.plusMs(d.now, leaseMs)} WHERE ${this.fenced(lease)}`;
     const until = d.timeOut(raw('lease_until'));
-    const check = sql`SELECT ${until} AS lease_until FROM ${this.D} WHERE id = ${lease.deliveryId} AND status = 'leased' AND lease_owner = ${lease.owner} AND lease_token = ${lease.token}`;
+    const check = sql`SELECT ${until} AS lease_until FROM ${this.D} ${d.byId} WHERE id = ${lease.deliveryId} AND status = 'leased' AND lease_owner = ${lease.owner} AND lease_token = ${lease.token}`;
     const rows = await d.run(function* (): Plan<Row[]> {
       if (d.updateReturning) return (yield sql`${update} RETURNING ${until} AS lease_until`).rows;
       if ((yield update).affected === 0) return [];

@@ -2,6 +2,7 @@ import { OUTBOX_ERROR_HISTORY } from '../../../outbox.constants';
 import { join, list, raw, sql, SqlText } from '../sql';
 import { OutboxTableNames } from '../typeorm-outbox.tables';
 import {
+  ClaimCandidates,
   ClaimPlanRequest,
   DialectContext,
   driverError,
@@ -71,6 +72,9 @@ export function mysqlDdl(t: OutboxTableNames): { create: string[]; drop: string[
   return { create, drop };
 }
 
+/** Candidates read per claim, as a multiple of the limit, for concurrent claimers to share. */
+const CLAIM_WINDOW = 4;
+
 /** `2026-01-02 03:04:05.678` in UTC, the literal form of a `DATETIME(3)`. */
 function utcLiteral(value: Date): string {
   return value.toISOString().replace('T', ' ').replace('Z', '');
@@ -86,6 +90,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   readonly skipLocked = raw('FOR UPDATE SKIP LOCKED');
   // A locking read sees the latest committed row even inside a REPEATABLE READ snapshot.
   readonly latestRead = raw('LOCK IN SHARE MODE');
+  readonly byId = raw('FORCE INDEX (PRIMARY)');
   readonly updateReturning = false;
   // Stay well below the default max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL 8).
   readonly maxStatementBytes = 4 * 1024 * 1024;
@@ -173,13 +178,22 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     );
   }
 
-  *claim(req: ClaimPlanRequest, candidates: SqlText, columns: SqlText): Plan<Row[]> {
-    const { rows: picked } = yield candidates;
+  *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
+    // A locking read that has to sort locks every row it reads before sorting, so claimers would
+    // queue behind each other. Pick a window without locks first, then lock within it by primary
+    // key; the conditions are checked again on the locked rows.
+    const { rows: window } = yield candidates({ limit: req.limit * CLAIM_WINDOW, lock: false });
+    if (window.length === 0) return [];
+    const { rows: picked } = yield candidates({
+      limit: req.limit,
+      lock: true,
+      within: window.map((r) => r.id),
+    });
     if (picked.length === 0) return [];
     const ids = list(picked.map((r) => r.id));
-    yield sql`UPDATE ${this.tables.deliveries} SET status = 'leased', attempts = attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)} WHERE id IN (${ids})`;
+    yield sql`UPDATE ${this.tables.deliveries} ${this.byId} SET status = 'leased', attempts = attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)} WHERE id IN (${ids})`;
     const { rows } =
-      yield sql`SELECT ${columns} FROM ${this.tables.deliveries} d JOIN ${this.tables.events} e ON e.seq = d.event_seq WHERE d.id IN (${ids})`;
+      yield sql`SELECT ${columns} FROM ${this.tables.deliveries} d ${this.byId} JOIN ${this.tables.events} e ON e.seq = d.event_seq WHERE d.id IN (${ids})`;
     return rows;
   }
 

@@ -2,6 +2,7 @@ import { OUTBOX_ERROR_HISTORY } from '../../../outbox.constants';
 import { join, raw, sql, SqlText } from '../sql';
 import { OutboxTableNames } from '../typeorm-outbox.tables';
 import {
+  ClaimCandidates,
   ClaimPlanRequest,
   DialectContext,
   driverError,
@@ -75,6 +76,7 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   readonly nowMs = raw('(floor(extract(epoch from now()) * 1000))::bigint');
   readonly skipLocked = raw('FOR UPDATE SKIP LOCKED');
   readonly latestRead = raw('');
+  readonly byId = raw('');
   readonly updateReturning = true;
   readonly maxStatementBytes = 256 * 1024 * 1024;
   // One statement claims; SKIP LOCKED keeps concurrent claimers from waiting on each other.
@@ -146,8 +148,9 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     );
   }
 
-  *claim(req: ClaimPlanRequest, candidates: SqlText, columns: SqlText): Plan<Row[]> {
-    const { rows } = yield sql`WITH c AS MATERIALIZED (${candidates})
+  *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
+    const { rows } =
+      yield sql`WITH c AS MATERIALIZED (${candidates({ limit: req.limit, lock: true })})
 UPDATE ${this.tables.deliveries} AS d
 SET status = 'leased', attempts = d.attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
 FROM c, ${this.tables.events} AS e

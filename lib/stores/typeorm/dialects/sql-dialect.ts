@@ -48,6 +48,17 @@ export interface ClaimPlanRequest {
   token: string;
 }
 
+/**
+ * Builds the query selecting claimable delivery ids, oldest first: due pending (or expired leased)
+ * deliveries of the worker's handlers that are the oldest open one of their (handler, key).
+ * `within` narrows it to given ids; `lock` adds the dialect's `FOR UPDATE SKIP LOCKED`.
+ */
+export type ClaimCandidates = (options: {
+  limit: number;
+  lock: boolean;
+  within?: unknown[];
+}) => SqlText;
+
 export type DialectName = 'postgres' | 'mysql' | 'sqlite';
 
 /**
@@ -82,6 +93,11 @@ export interface SqlDialect {
   readonly skipLocked: SqlText;
   /** Suffix of the idempotency check so it sees the latest committed row (not a snapshot). */
   readonly latestRead: SqlText;
+  /**
+   * Index hint for statements that address deliveries by id. MySQL's optimizer, with the
+   * statistics of a young table, may otherwise walk a status index and lock every row it reads.
+   */
+  readonly byId: SqlText;
   /** Whether `UPDATE … RETURNING` exists. */
   readonly updateReturning: boolean;
   /** Largest payload bytes put in one INSERT (MySQL's max_allowed_packet). */
@@ -92,7 +108,7 @@ export interface SqlDialect {
    * Leases the deliveries `candidates` selects and returns `columns` (over aliases `d` for the
    * delivery and `e` for its event) of each claimed row.
    */
-  claim(request: ClaimPlanRequest, candidates: SqlText, columns: SqlText): Plan<Row[]>;
+  claim(request: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]>;
   readonly claimRunOptions: RunOptions;
   /** Statement trying to take a named lock for the current transaction/session: returns `ok`. */
   tryLock(name: string): SqlText;

@@ -3,6 +3,7 @@ import { OutboxOptionsError } from '../../../errors/outbox-options.error';
 import { join, list, raw, sql, SqlText } from '../sql';
 import { OutboxTableNames } from '../typeorm-outbox.tables';
 import {
+  ClaimCandidates,
   ClaimPlanRequest,
   DialectContext,
   driveSync,
@@ -92,6 +93,7 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
   readonly nowMs = this.now;
   readonly skipLocked = raw('');
   readonly latestRead = raw('');
+  readonly byId = raw('');
   readonly updateReturning = true;
   readonly maxStatementBytes = 256 * 1024 * 1024;
   readonly claimRunOptions: RunOptions = { transaction: true };
@@ -205,9 +207,9 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
     );
   }
 
-  *claim(req: ClaimPlanRequest, candidates: SqlText, columns: SqlText): Plan<Row[]> {
+  *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
     const { rows: claimed } =
-      yield sql`UPDATE ${this.tables.deliveries} SET status = 'leased', attempts = attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)} WHERE id IN (${candidates}) RETURNING id`;
+      yield sql`UPDATE ${this.tables.deliveries} SET status = 'leased', attempts = attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)} WHERE id IN (${candidates({ limit: req.limit, lock: false })}) RETURNING id`;
     if (claimed.length === 0) return [];
     const { rows } =
       yield sql`SELECT ${columns} FROM ${this.tables.deliveries} d JOIN ${this.tables.events} e ON e.seq = d.event_seq WHERE d.id IN (${list(claimed.map((r) => r.id))})`;
