@@ -23,3 +23,4 @@ export * from './interfaces/outbox-module-options.interface';
 export * from './interfaces/outbox-store.interface';
 export type { TypeOrmStoreOptions } from './stores/typeorm/typeorm-store.options';
 export type { RedisStoreOptions } from './stores/redis/redis-store.options';
+export * from './admin';

@@ -1,6 +1,6 @@
 export { OutboxAdminModule } from './outbox-admin.module';
 export { OUTBOX_ADMIN_MODULE_OPTIONS } from './outbox-admin.module-definition';
-export { OutboxAdminOptionsError } from './outbox-admin-options.error';
+
 export { OUTBOX_ADMIN_MAX_IDS } from './outbox-admin.constants';
 export type {
   OutboxAdminGuard,

@@ -4,7 +4,7 @@ import {
   ResolvedOutboxAdminOptions,
 } from './outbox-admin-options.interface';
 import { OUTBOX_ADMIN_PAGE_SIZE_CEILING } from './outbox-admin.constants';
-import { OutboxAdminOptionsError } from './outbox-admin-options.error';
+import { OutboxAdminOptionsError } from '../errors/outbox-admin-options.error';
 
 /** @internal Defaults of `OutboxAdminModuleOptions.limits`. */
 export const DEFAULT_ADMIN_LIMITS: OutboxAdminLimits = {

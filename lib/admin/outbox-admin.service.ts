@@ -20,7 +20,7 @@ import {
 import { OUTBOX_STORE } from '../outbox.constants';
 import { isUuid } from '../outbox-validation';
 import { decodeCursor, isMatchAll } from '../stores/store-helpers';
-import { OutboxAdminOptionsError } from './outbox-admin-options.error';
+import { OutboxAdminOptionsError } from '../errors/outbox-admin-options.error';
 import { ResolvedOutboxAdminOptions } from './outbox-admin-options.interface';
 import { OUTBOX_ADMIN_PATH, OUTBOX_ADMIN_RESOLVED_OPTIONS } from './outbox-admin.constants';
 import { OutboxAdminMessages } from './outbox-admin.messages';

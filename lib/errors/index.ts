@@ -6,3 +6,4 @@ export * from './outbox-options.error';
 export * from './non-retryable.error';
 export * from './missing-dependency.error';
 export * from './handler-timeout.error';
+export * from './outbox-admin-options.error';

@@ -20,7 +20,7 @@ import {
   OutboxStoreOptions,
   OUTBOX_STORE,
 } from 'nestjs-outbox';
-import { OutboxAdminModule } from '../../lib/admin';
+import { OutboxAdminModule } from 'nestjs-outbox';
 
 export const API_KEY = 'test-admin-key';
 

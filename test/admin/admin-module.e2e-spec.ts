@@ -11,7 +11,7 @@ import { RouterModule } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { MemoryOutboxStore, OutboxModule, OutboxValidationError } from 'nestjs-outbox';
-import { OutboxAdminModule, OutboxAdminOptionsError } from '../../lib/admin';
+import { OutboxAdminModule, OutboxAdminOptionsError } from 'nestjs-outbox';
 import {
   AdminApp,
   API_KEY,

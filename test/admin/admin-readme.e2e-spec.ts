@@ -12,7 +12,7 @@ import { ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { OutboxModule } from 'nestjs-outbox';
-import { OutboxAdminModule } from '../../lib/admin';
+import { OutboxAdminModule } from 'nestjs-outbox';
 
 // --- README: mounting behind an API-key guard ---
 @Injectable()

@@ -1,4 +1,4 @@
-import { OutboxError } from '../errors/outbox.error';
+import { OutboxError } from './outbox.error';
 
 /** `OutboxAdminModule` options are invalid or unsafe; raised at bootstrap. */
 export class OutboxAdminOptionsError extends OutboxError {
