@@ -4,7 +4,7 @@ export interface TypeOrmStoreOptions {
   /** The TypeORM `DataSource` whose transactions events join. */
   dataSource?: unknown;
   /** Injection token of the DataSource (e.g. from `@nestjs/typeorm`'s `getDataSourceToken()`). */
-  dataSourceToken?: string | symbol | (abstract new (...args: any[]) => unknown);
+  dataSourceToken?: string | symbol | Function;
   /**
    * Prefix of the outbox tables: letters, digits and underscores, at most 40 characters.
    * @default 'outbox_'
