@@ -1,0 +1,92 @@
+import { fork } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { join, resolve } from 'node:path';
+import { DataSource } from 'typeorm';
+import { OutboxHandlerRegistry } from 'nestjs-outbox';
+import { ensureInboxSchema, InboxService } from '../../lib/inbox';
+import { createOutboxApp } from '../support/outbox-app';
+import { describeWithService } from '../support/services';
+import { CRASH_EFFECTS, CrashConsumer, deliverTo } from './fixtures/crash-consumer';
+import {
+  createEffectTable,
+  inboxTable,
+  InboxTestDialect,
+  openInboxDataSource,
+  uniquePrefix,
+} from './inbox-test-helpers';
+
+/** Runs the fixture in a child process until it has written its effect, then SIGKILLs it. */
+function crashMidHandler(env: Record<string, string>): Promise<{ signal: NodeJS.Signals | null }> {
+  return new Promise((done, fail) => {
+    const child = fork(join(__dirname, 'fixtures', 'crash-consumer.ts'), [], {
+      cwd: resolve(__dirname, '..', '..'),
+      execArgv: ['-r', 'ts-node/register/transpile-only'],
+      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json', ...env },
+      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    });
+    let stderr = '';
+    child.stderr?.on('data', (chunk) => (stderr += chunk));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    child.on('message', (message) => {
+      if (message === 'effect-written') child.kill('SIGKILL');
+      else fail(new Error(`child said ${String(message)}`));
+    });
+    child.on('exit', (_code, signal) => {
+      clearTimeout(timer);
+      if (signal === 'SIGKILL') done({ signal });
+      else fail(new Error(`child exited without being killed: ${stderr}`));
+    });
+  });
+}
+
+function crashWindow(dialect: Exclude<InboxTestDialect, 'sqlite'>): void {
+  let dataSource: DataSource;
+  let prefix: string;
+  let effects: Awaited<ReturnType<typeof createEffectTable>>;
+
+  beforeAll(async () => {
+    dataSource = await openInboxDataSource(dialect);
+    prefix = uniquePrefix(`cr${dialect.slice(0, 2)}`);
+    effects = await createEffectTable(dataSource, `${prefix}effects`);
+    await ensureInboxSchema(dataSource, { tablePrefix: prefix });
+  });
+
+  afterAll(async () => {
+    await effects?.drop();
+    await inboxTable(dataSource, prefix).drop();
+    await dataSource?.destroy();
+  });
+
+  it('a consumer killed after writing its effect commits nothing; the redelivery applies it exactly once', async () => {
+    const messageId = randomUUID();
+    const { signal } = await crashMidHandler({
+      CRASH_DIALECT: dialect,
+      CRASH_PREFIX: prefix,
+      CRASH_MESSAGE_ID: messageId,
+      CRASH_INSERT_SQL: effects.insertSql,
+    });
+    expect(signal).toBe('SIGKILL');
+    expect(await effects.count(messageId)).toBe(0);
+    expect(await inboxTable(dataSource, prefix).count('CrashConsumer.apply', messageId)).toBe(0);
+
+    const t = await createOutboxApp(
+      [CrashConsumer, { provide: CRASH_EFFECTS, useValue: effects }],
+      {
+        dispatcher: { enabled: false },
+        module: { inbox: { dataSource, tablePrefix: prefix, cleanupIntervalMs: 0 } },
+      },
+    );
+    try {
+      const registry = t.get(OutboxHandlerRegistry);
+      await expect(deliverTo(registry, messageId)).resolves.toBe('applied');
+      await expect(deliverTo(registry, messageId)).resolves.toBeUndefined();
+      expect(await effects.count(messageId)).toBe(1);
+      expect(t.get(InboxService).stats()).toMatchObject({ processed: 1, duplicates: 1 });
+    } finally {
+      await t.app.close();
+    }
+  });
+}
+
+describeWithService('postgres', 'inbox crash window', () => crashWindow('postgres'));
+describeWithService('mariadb', 'inbox crash window', () => crashWindow('mariadb'));
