@@ -10,7 +10,10 @@ import {
   OutboxOptionsError,
   resolveOutboxOptions,
 } from 'nestjs-outbox';
+import { SchedulerRegistry } from '@nestjs/schedule';
 import {
+  createInboxMigration,
+  INBOX_CLEANUP_INTERVAL,
   Inbox,
   InboxContext,
   InboxManager,
@@ -387,5 +390,36 @@ describe('@Inbox() configuration and message ids [sqlite]', () => {
       dataSource,
       tablePrefix: 'app_',
     });
+  });
+
+  it('registers the retention job in SchedulerRegistry and removes it on shutdown', async () => {
+    const t = await createOutboxApp(
+      [PaymentsConsumer, { provide: EFFECTS, useValue: { insertSql: '' } }],
+      {
+        dispatcher: { enabled: false },
+        module: { inbox: { dataSource, cleanupIntervalMs: 60_000 } },
+      },
+    );
+    const registry = t.get(SchedulerRegistry);
+    expect(registry.doesExist('interval', INBOX_CLEANUP_INTERVAL)).toBe(true);
+    await t.app.close();
+    expect(registry.doesExist('interval', INBOX_CLEANUP_INTERVAL)).toBe(false);
+  });
+
+  it('ships a TypeORM migration creating and dropping the inbox table', async () => {
+    const Migration = createInboxMigration({ tablePrefix: 'mig_' });
+    const migrated = await new DataSource({
+      type: 'better-sqlite3',
+      database: ':memory:',
+      migrations: [Migration],
+    }).initialize();
+    try {
+      await migrated.runMigrations();
+      expect(await migrated.createQueryRunner().hasTable('mig_inbox')).toBe(true);
+      await migrated.undoLastMigration();
+      expect(await migrated.createQueryRunner().hasTable('mig_inbox')).toBe(false);
+    } finally {
+      await migrated.destroy();
+    }
   });
 });
