@@ -163,10 +163,15 @@ export class TypeOrmOutboxStore implements OutboxStore {
     return runner;
   }
 
+  /**
+   * A plain (non-locking) read decides what exists: a locking read would take gap locks on the id
+   * index under MySQL's REPEATABLE READ and make concurrent appenders deadlock each other. A
+   * concurrent insert of the same id surfaces as a unique violation, which `append` retries.
+   */
   private *appendPlan(batch: AppendableEvent[]): Plan<OutboxEvent[]> {
     const d = this.dialect;
     const { rows: found } =
-      yield sql`SELECT ${this.eventColumns('e')}, e.seq FROM ${this.E} e WHERE e.id IN (${list(batch.map((e) => e.id))}) ${d.latestRead}`;
+      yield sql`SELECT ${this.eventColumns('e')}, e.seq FROM ${this.E} e WHERE e.id IN (${list(batch.map((e) => e.id))})`;
     const existing = new Map(found.map((r) => [String(r.event_id).toLowerCase(), this.toEvent(r)]));
     for (const event of batch) {
       const stored = existing.get(event.id.toLowerCase());

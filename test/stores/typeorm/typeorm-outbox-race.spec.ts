@@ -113,6 +113,24 @@ function raceOn(dialect: TestDialect): void {
     for (const seen of orderByKey.values()) expect(seen).toEqual([...seen].sort((a, b) => a - b));
     expect(await tables.store.stats()).toMatchObject({ pending: 0, leased: 0 });
   }, 60_000);
+
+  it('runs concurrent cleanups one at a time, each row deleted once', async () => {
+    const stores = sources.map((s) => new TypeOrmOutboxStore(s, { tablePrefix: prefix }));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const results = await Promise.all(
+      stores.map((store) =>
+        store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: null, batchSize: 2_000 }),
+      ),
+    );
+    const deleted = results.reduce((sum, r) => sum + r.events, 0);
+    const rest = await stores[0].cleanup({
+      deliveredRetentionMs: 0,
+      deadLetterRetentionMs: null,
+      batchSize: 10_000,
+    });
+    expect(deleted + rest.events).toBe(EVENTS);
+    expect(results.filter((r) => r.events > 0).length).toBeGreaterThanOrEqual(1);
+  }, 30_000);
 }
 
 describeWithService(SERVICE_OF.postgres, 'typeorm claim race', () => raceOn('postgres'));

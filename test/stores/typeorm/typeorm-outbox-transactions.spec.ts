@@ -168,6 +168,31 @@ function transactionsOn(dialect: TestDialect): void {
   });
 
   if (dialect !== 'sqlite') {
+    it('lets concurrent transactions append without deadlocking each other', async () => {
+      const batches = Array.from({ length: 10 }, (_, b) =>
+        Array.from({ length: 20 }, (_, i) => event({ key: i % 3 ? null : `k${b}` })),
+      );
+      await Promise.all(
+        batches.map((batch, b) =>
+          dataSource.transaction(async (manager) => {
+            await manager.query(`INSERT INTO ${business} (id) VALUES (${placeholder})`, [`c-${b}`]);
+            for (let i = 0; i < batch.length; i += 5)
+              await store.append(batch.slice(i, i + 5), { manager });
+          }),
+        ),
+      );
+      expect(await orders()).toHaveLength(10);
+      expect((await store.stats()).pending).toBe(200);
+    });
+
+    it('treats the same event appended concurrently by two transactions as one', async () => {
+      const e = event();
+      await Promise.all(
+        [1, 2, 3].map(() => dataSource.transaction((manager) => store.append([e], { manager }))),
+      );
+      expect((await store.stats()).pending).toBe(1);
+    });
+
     // SQLite has one connection, so "another connection" cannot look in while the transaction is open.
     it('keeps the event invisible to claimers until commit', async () => {
       const e = event();
@@ -185,7 +210,33 @@ function transactionsOn(dialect: TestDialect): void {
   }
 }
 
-describe('typeorm append in transactions [sqlite]', () => transactionsOn('sqlite'));
+describe('typeorm append in transactions [sqlite]', () => {
+  transactionsOn('sqlite');
+
+  it('waits for an open application transaction instead of running inside it', async () => {
+    const dataSource = await openDataSource('sqlite');
+    try {
+      const { store } = await storeFor(dataSource, uniquePrefix('txw'));
+      const runner = dataSource.createQueryRunner();
+      await runner.startTransaction();
+      const e = event();
+      await store.append([e], { manager: runner.manager });
+      let settled = false;
+      const claiming = store
+        .claim({ workerId: 'w', handlers: [A], limit: 10, leaseMs: 30_000 })
+        .finally(() => {
+          settled = true;
+        });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(settled).toBe(false);
+      await runner.commitTransaction();
+      await runner.release();
+      expect((await claiming).map((c) => c.event.id)).toEqual([e.id]);
+    } finally {
+      await dataSource.destroy();
+    }
+  });
+});
 describeWithService(SERVICE_OF.postgres, 'typeorm append in transactions', () =>
   transactionsOn('postgres'),
 );

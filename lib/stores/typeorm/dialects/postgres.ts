@@ -75,7 +75,6 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   readonly now = raw('now()');
   readonly nowMs = raw('(floor(extract(epoch from now()) * 1000))::bigint');
   readonly skipLocked = raw('FOR UPDATE SKIP LOCKED');
-  readonly latestRead = raw('');
   readonly byId = raw('');
   readonly updateReturning = true;
   readonly maxStatementBytes = 256 * 1024 * 1024;

@@ -91,8 +91,6 @@ export interface SqlDialect {
   ): SqlText;
   /** Row-locking suffix for claim candidates. */
   readonly skipLocked: SqlText;
-  /** Suffix of the idempotency check so it sees the latest committed row (not a snapshot). */
-  readonly latestRead: SqlText;
   /**
    * Index hint for statements that address deliveries by id. MySQL's optimizer, with the
    * statistics of a young table, may otherwise walk a status index and lock every row it reads.

@@ -92,7 +92,6 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
   readonly now = raw("CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)");
   readonly nowMs = this.now;
   readonly skipLocked = raw('');
-  readonly latestRead = raw('');
   readonly byId = raw('');
   readonly updateReturning = true;
   readonly maxStatementBytes = 256 * 1024 * 1024;
