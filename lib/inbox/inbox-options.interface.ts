@@ -5,7 +5,8 @@ export type InboxIsolationLevel =
   'READ UNCOMMITTED' | 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
 
 /** A Nest injection token of a TypeORM DataSource, e.g. `getDataSourceToken('orders')`. */
-export type InboxDataSourceToken = string | symbol | (abstract new (...args: any[]) => unknown);
+// `Function` because @nestjs/typeorm's getDataSourceToken() is typed `string | Function | Type<DataSource>`.
+export type InboxDataSourceToken = string | symbol | Function;
 
 /** `OutboxModule.forRoot({ inbox })`: where and how inbox records are kept. */
 export interface OutboxInboxOptions {

@@ -74,16 +74,19 @@ export class InboxInterceptor implements NestInterceptor {
     return (this.service = service);
   }
 
-  /** A message without a usable id fails in the words of its transport. */
+  /**
+   * A message without a usable id fails in the words of its transport. Clients see only the
+   * reason, not the consumer's class and method names.
+   */
   private refuse(context: ExecutionContext, consumer: string, reason: string): Error {
     const error = new InboxMessageIdError(consumer, reason);
     switch (context.getType<string>()) {
       case 'http':
-        return new BadRequestException(error.message, { cause: error });
+        return new BadRequestException(reason, { cause: error });
       case 'rpc': {
         const { RpcException } =
           require('@nestjs/microservices') as typeof import('@nestjs/microservices');
-        return new RpcException(error.message);
+        return new RpcException(reason);
       }
       default:
         return error;

@@ -2,7 +2,6 @@ export { Inbox } from './inbox.decorator';
 export { InboxManager } from './inbox-manager.decorator';
 export { InboxContext } from './inbox.context';
 export type { InboxScope } from './inbox.context';
-export { InboxInterceptor } from './inbox.interceptor';
 export { InboxService } from './inbox.service';
 export { ensureInboxSchema } from './inbox.store';
 export type { InboxCleanupResult, InboxRunResult, InboxTableOptions } from './inbox.store';
