@@ -53,7 +53,7 @@ export function postgresDdl(t: OutboxTableNames): { create: string[]; drop: stri
 )`,
     // The claim reads only this index: the pending/leased set stays small however many
     // delivered rows wait for cleanup.
-    `CREATE INDEX IF NOT EXISTS ${n('deliveries_claim_idx')} ON ${D} (handler, event_seq) INCLUDE (status, available_at, lease_until, event_key) WHERE status IN ('pending', 'leased')`,
+    `CREATE INDEX IF NOT EXISTS ${n('deliveries_claim_idx')} ON ${D} (handler, event_seq) INCLUDE (id, status, available_at, lease_until, event_key) WHERE status IN ('pending', 'leased')`,
     `CREATE INDEX IF NOT EXISTS ${n('deliveries_key_idx')} ON ${D} (handler, event_key, event_seq) WHERE status IN ('pending', 'leased') AND event_key IS NOT NULL`,
     `CREATE INDEX IF NOT EXISTS ${n('deliveries_done_idx')} ON ${D} (status, done_at, id) WHERE status IN ('delivered', 'dead')`,
     `CREATE TABLE IF NOT EXISTS ${t.version.text} (

@@ -52,7 +52,7 @@ export function sqliteDdl(t: OutboxTableNames): { create: string[]; drop: string
   done_at INTEGER,
   UNIQUE (event_seq, handler)
 )`,
-    `CREATE INDEX IF NOT EXISTS ${n('deliveries_claim_idx')} ON ${D} (handler, event_seq, status, available_at, lease_until, event_key) WHERE status IN ('pending', 'leased')`,
+    `CREATE INDEX IF NOT EXISTS ${n('deliveries_claim_idx')} ON ${D} (handler, event_seq, status, available_at, lease_until, event_key, id) WHERE status IN ('pending', 'leased')`,
     `CREATE INDEX IF NOT EXISTS ${n('deliveries_key_idx')} ON ${D} (handler, event_key, event_seq) WHERE status IN ('pending', 'leased') AND event_key IS NOT NULL`,
     `CREATE INDEX IF NOT EXISTS ${n('deliveries_done_idx')} ON ${D} (status, done_at, id) WHERE status IN ('delivered', 'dead')`,
     `CREATE TABLE IF NOT EXISTS ${t.version.text} (version INTEGER NOT NULL, applied_at INTEGER)`,
