@@ -2,6 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { DuplicateEventError } from '../../errors/duplicate-event.error';
 import { LeaseLostError } from '../../errors/lease-lost.error';
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
+import { OutboxValidationError } from '../../errors/outbox-validation.error';
 import { OutboxEvent, OutboxHeaders } from '../../interfaces/outbox-event.interface';
 import {
   AppendableEvent,
@@ -21,6 +22,7 @@ import {
   Lease,
   OutboxStore,
   OutboxStoreStats,
+  StoreAppendOptions,
   TypeStats,
 } from '../../interfaces/outbox-store.interface';
 import { OUTBOX_ERROR_HISTORY } from '../../outbox.constants';
@@ -90,7 +92,15 @@ export class RedisOutboxStore implements OutboxStore {
     return new Date(Number(await this.run('now', [])));
   }
 
-  async append(events: AppendableEvent[]): Promise<OutboxEvent[]> {
+  async append(events: AppendableEvent[], options?: StoreAppendOptions): Promise<OutboxEvent[]> {
+    if (options?.manager !== undefined) {
+      // Accepting it would suggest the append commits or rolls back with the SQL transaction.
+      throw new OutboxValidationError(
+        'manager',
+        'the redis store cannot join a SQL transaction, so an append would be kept even if that ' +
+          'transaction rolls back; append without `manager` (after your commit), or use the typeorm store',
+      );
+    }
     if (events.length === 0) return [];
     const args: (string | number)[] = [events.length];
     for (const e of events) {

@@ -5,6 +5,7 @@ import {
   HandlerSubscription,
   MissingDependencyError,
   OutboxOptionsError,
+  OutboxValidationError,
   ResolvedOutboxOptions,
 } from 'nestjs-outbox';
 import { createRedisOutboxStore, RedisOutboxStore } from '../../../lib/stores/redis';
@@ -95,6 +96,13 @@ describeWithService('redis', 'RedisOutboxStore specifics', () => {
       const next = await claim();
       expect(next.map((c) => c.event.id)).toEqual([e1.id]);
     });
+  });
+
+  it('refuses a SQL transaction handle instead of pretending to join it', async () => {
+    await expect(store.append([event()], { manager: {} })).rejects.toBeInstanceOf(
+      OutboxValidationError,
+    );
+    expect((await store.stats()).pending).toBe(0);
   });
 
   it('keeps every key of one outbox under its {prefix} hash tag', async () => {
