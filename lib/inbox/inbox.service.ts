@@ -42,6 +42,7 @@ export class InboxService
   private readonly logger = new Logger('OutboxInbox');
   private readonly config: ResolvedInboxOptions | null;
   private readonly stores = new Map<unknown, Promise<InboxStore>>();
+  private readonly byDataSource = new Map<DataSource, Promise<InboxStore>>();
   private readonly counters: InboxStats = {
     processed: 0,
     duplicates: 0,
@@ -79,7 +80,7 @@ export class InboxService
 
   onApplicationBootstrap(): void {
     const interval = this.config?.cleanupIntervalMs ?? 60_000;
-    if (interval === 0 || this.stores.size === 0) return;
+    if (interval === 0 || this.byDataSource.size === 0) return;
     this.cleanupTimer = setInterval(() => void this.cleanup().catch(() => undefined), interval);
     this.cleanupTimer.unref();
     this.scheduler = this.resolveScheduler();
@@ -134,7 +135,7 @@ export class InboxService
   async cleanup(): Promise<InboxCleanupResult[]> {
     const run = (async () => {
       const results: InboxCleanupResult[] = [];
-      for (const pending of this.stores.values()) {
+      for (const pending of this.byDataSource.values()) {
         const store = await pending.catch(() => null);
         if (!store) continue;
         try {
@@ -166,25 +167,29 @@ export class InboxService
   /** The inbox store of a consumer's DataSource (the module default when none is given). */
   storeFor(dataSource: InboxOptions['dataSource'], where: string): Promise<InboxStore> {
     const key = dataSource ?? DEFAULT_KEY;
-    let store = this.stores.get(key);
-    if (!store) {
-      store = this.createStore(dataSource, where);
-      this.stores.set(key, store);
-      // A failed lookup is not cached, so a later call reports the error again.
-      store.catch(() => this.stores.delete(key));
+    const known = this.stores.get(key);
+    if (known) return known;
+    let instance: DataSource;
+    try {
+      instance = this.resolveDataSource(dataSource, where);
+    } catch (error) {
+      // Not cached, so every later call reports the configuration error again.
+      return Promise.reject(error);
     }
+    // Two tokens may name one DataSource: they share one store (and SQLite's transaction queue).
+    let store = this.byDataSource.get(instance);
+    if (!store) {
+      store = this.prepare(instance);
+      this.byDataSource.set(instance, store);
+      store.catch(() => this.byDataSource.delete(instance));
+    }
+    this.stores.set(key, store);
+    store.catch(() => this.stores.delete(key));
     return store;
   }
 
-  private async createStore(dataSource: InboxOptions['dataSource'], where: string) {
-    const instance = this.resolveDataSource(dataSource, where);
-    // Two tokens may name one DataSource; share its store (and SQLite's transaction queue).
-    for (const [key, other] of this.stores) {
-      if (key === (dataSource ?? DEFAULT_KEY)) continue;
-      const existing = await other.catch(() => null);
-      if (existing?.dataSource === instance) return existing;
-    }
-    const store = new InboxStore(instance, {
+  private async prepare(dataSource: DataSource): Promise<InboxStore> {
+    const store = new InboxStore(dataSource, {
       tablePrefix: this.config?.tablePrefix,
       schema: this.config?.schema,
     });
