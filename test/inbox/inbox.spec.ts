@@ -392,6 +392,31 @@ describe('@Inbox() configuration and message ids [sqlite]', () => {
     });
   });
 
+  @Injectable()
+  class OnItsOwnDataSource {
+    @OutboxHandler('report.requested')
+    @Inbox({ dataSource: 'REPORTING_DS', consumer: 'reports' })
+    async apply(): Promise<string> {
+      return 'ran';
+    }
+  }
+
+  it('runs a consumer on the DataSource named by its decorator, without a module-level inbox', async () => {
+    const t = await createOutboxApp(
+      [OnItsOwnDataSource, { provide: 'REPORTING_DS', useValue: dataSource }],
+      { dispatcher: { enabled: false } },
+    );
+    try {
+      const invoke = t.get(OutboxHandlerRegistry).get('OnItsOwnDataSource.apply')!.invoke;
+      const e = { ...event(), type: 'report.requested' };
+      await expect(invoke(e, handlerContext('OnItsOwnDataSource.apply'))).resolves.toBe('ran');
+      await expect(invoke(e, handlerContext('OnItsOwnDataSource.apply'))).resolves.toBeUndefined();
+      expect(await inboxTable(dataSource, 'outbox_').count('reports', e.id)).toBe(1);
+    } finally {
+      await t.app.close();
+    }
+  });
+
   it('registers the retention job in SchedulerRegistry and removes it on shutdown', async () => {
     const t = await createOutboxApp(
       [PaymentsConsumer, { provide: EFFECTS, useValue: { insertSql: '' } }],
