@@ -24,3 +24,5 @@ export * from './interfaces/outbox-store.interface';
 export type { TypeOrmStoreOptions } from './stores/typeorm/typeorm-store.options';
 export type { RedisStoreOptions } from './stores/redis/redis-store.options';
 export * from './admin';
+export * from './stores/typeorm';
+export * from './inbox';

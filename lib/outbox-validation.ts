@@ -114,7 +114,8 @@ export function validateEvent(
     }
   }
   return {
-    id: id ?? randomUUID(),
+    // Lower-case, so every store (PostgreSQL returns uuid columns lower-cased) agrees on ids.
+    id: (id ?? randomUUID()).toLowerCase(),
     type,
     // Round-trip through JSON so what is stored is exactly what handlers will read back.
     payload: JSON.parse(serialized),

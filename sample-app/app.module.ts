@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
-import { TypeOrmModule } from '@nestjs/typeorm';
+import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { OutboxModule } from 'nestjs-outbox';
 import { Player } from './players/player.entity';
 import { PlayersController } from './players/players.controller';
@@ -18,7 +18,12 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
       entities: [Player],
       synchronize: true,
     }),
-    OutboxModule.forRoot({ store: { type: 'memory' }, dispatcher: { pollInterval: 200 } }),
+    // The outbox lives in the same SQLite file as the players, so a player and its event commit
+    // together; its tables are created at start (ensureSchema).
+    OutboxModule.forRoot({
+      store: { type: 'typeorm', dataSourceToken: getDataSourceToken(), ensureSchema: true },
+      dispatcher: { pollInterval: 200 },
+    }),
   ],
   controllers: [PlayersController],
   providers: [PlayersService, WelcomeHandler],

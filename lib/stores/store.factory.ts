@@ -3,6 +3,7 @@ import { Logger } from '@nestjs/common';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
 import { OutboxStore } from '../interfaces/outbox-store.interface';
+import { DeferredOutboxStore } from './deferred-outbox.store';
 import { MemoryOutboxStore } from './memory/memory-outbox.store';
 
 /** What a store factory may use: the resolved options and a way to look up app providers. */
@@ -31,15 +32,17 @@ export async function createOutboxStore(ctx: StoreFactoryContext): Promise<Outbo
     }
     case 'custom':
       return store.store;
-    case 'typeorm': {
-      const { createTypeOrmOutboxStore } =
-        require('./typeorm/typeorm-store.factory') as typeof import('./typeorm/typeorm-store.factory');
-      return createTypeOrmOutboxStore(store, ctx);
-    }
-    case 'redis': {
-      const { createRedisOutboxStore } =
-        require('./redis/redis-store.factory') as typeof import('./redis/redis-store.factory');
-      return createRedisOutboxStore(store, ctx);
-    }
+    case 'typeorm':
+      return new DeferredOutboxStore(() => {
+        const { createTypeOrmOutboxStore } =
+          require('./typeorm/typeorm-store.factory') as typeof import('./typeorm/typeorm-store.factory');
+        return createTypeOrmOutboxStore(store, ctx);
+      });
+    case 'redis':
+      return new DeferredOutboxStore(() => {
+        const { createRedisOutboxStore } =
+          require('./redis/redis-store.factory') as typeof import('./redis/redis-store.factory');
+        return createRedisOutboxStore(store, ctx);
+      });
   }
 }
