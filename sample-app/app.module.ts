@@ -1,7 +1,9 @@
 import { Module } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
-import { OutboxModule } from 'nestjs-outbox';
+import { OutboxAdminModule, OutboxModule } from 'nestjs-outbox';
+import { AdminKeyGuard } from './admin-key.guard';
+import { PointsController } from './players/points.controller';
 import { Player } from './players/player.entity';
 import { PlayersController } from './players/players.controller';
 import { PlayersService } from './players/players.service';
@@ -24,8 +26,10 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
       store: { type: 'typeorm', dataSourceToken: getDataSourceToken(), ensureSchema: true },
       dispatcher: { pollInterval: 200 },
     }),
+    // Dead letters and stats at /outbox/..., behind an API key (header x-admin-key).
+    OutboxAdminModule.register({ guards: [AdminKeyGuard] }),
   ],
-  controllers: [PlayersController],
+  controllers: [PlayersController, PointsController],
   providers: [PlayersService, WelcomeHandler],
 })
 export class AppModule {}

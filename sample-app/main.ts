@@ -2,6 +2,7 @@ import 'reflect-metadata';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { NestFactory } from '@nestjs/core';
+import { AdminKeyGuard } from './admin-key.guard';
 import { AppModule, SAMPLE_DATABASE } from './app.module';
 
 async function bootstrap(): Promise<void> {

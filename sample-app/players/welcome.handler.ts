@@ -13,4 +13,11 @@ export class WelcomeHandler {
     this.welcomed.push(event.payload.name);
     this.logger.log(`Welcome, ${event.payload.name}! (event ${event.id}, attempt ${ctx.attempt})`);
   }
+
+  @OutboxHandler('player.scored')
+  announce(event: OutboxEvent<{ playerId: string; points: number; score: number }>): void {
+    this.logger.log(
+      `Player ${event.payload.playerId} scored ${event.payload.points} (now ${event.payload.score})`,
+    );
+  }
 }
