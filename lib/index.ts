@@ -26,3 +26,5 @@ export type { RedisStoreOptions } from './stores/redis/redis-store.options';
 export * from './admin';
 export * from './stores/typeorm';
 export * from './inbox';
+export * from './stores/redis';
+export * from './idempotency';

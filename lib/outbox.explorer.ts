@@ -1,10 +1,22 @@
-import { Injectable, Logger, OnModuleInit } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
 import { ExternalContextCreator } from '@nestjs/core/helpers/external-context-creator';
 import { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
 import { OutboxOptionsError } from './errors/outbox-options.error';
-import { OutboxHandlerOptions } from './interfaces/outbox-handler.interface';
-import { OUTBOX_CONTEXT_TYPE, UNEXPANDED_HANDLER } from './outbox.constants';
+import { IdempotencyStore } from './idempotency/idempotency-store.interface';
+import { runIdempotent } from './idempotency/run-idempotent';
+import { OutboxEvent } from './interfaces/outbox-event.interface';
+import {
+  OutboxHandlerContext,
+  OutboxHandlerIdempotencyOptions,
+  OutboxHandlerOptions,
+} from './interfaces/outbox-handler.interface';
+import { ResolvedOutboxOptions } from './interfaces/outbox-module-options.interface';
+import {
+  OUTBOX_CONTEXT_TYPE,
+  OUTBOX_RESOLVED_OPTIONS,
+  UNEXPANDED_HANDLER,
+} from './outbox.constants';
 import { OutboxHandlerRegistry } from './outbox-handler.registry';
 import { OutboxMetadataAccessor } from './outbox-metadata.accessor';
 import { OutboxMessages } from './outbox.messages';
@@ -22,6 +34,8 @@ export class OutboxExplorer implements OnModuleInit {
     private readonly accessor: OutboxMetadataAccessor,
     private readonly contextCreator: ExternalContextCreator,
     private readonly registry: OutboxHandlerRegistry,
+    private readonly moduleRef: ModuleRef,
+    @Inject(OUTBOX_RESOLVED_OPTIONS) private readonly options: ResolvedOutboxOptions,
   ) {}
 
   onModuleInit(): void {
@@ -82,8 +96,51 @@ export class OutboxExplorer implements OnModuleInit {
         backoff: options.backoff,
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,
-        invoke: (event, context) => invoke(event, context),
+        invoke: this.withIdempotency(name, source, options, (event, context) =>
+          invoke(event, context),
+        ),
       });
+    }
+  }
+
+  private withIdempotency(
+    name: string,
+    source: string,
+    options: OutboxHandlerOptions,
+    invoke: (event: OutboxEvent, context: OutboxHandlerContext) => Promise<unknown>,
+  ): (event: OutboxEvent, context: OutboxHandlerContext) => Promise<unknown> {
+    const idempotency = options.idempotency;
+    if (!idempotency) return invoke;
+    const store = this.resolveIdempotencyStore(source, idempotency);
+    const timeoutMs = options.timeoutMs ?? this.options.dispatcher.handlerTimeoutMs;
+    const ttl = {
+      processingTtlMs: idempotency.processingTtlMs ?? timeoutMs + this.options.dispatcher.leaseMs,
+      doneTtlMs: idempotency.doneTtlMs ?? 7 * 86_400_000,
+    };
+    const keyOf = idempotency.key ?? ((event: OutboxEvent) => event.id);
+    return async (event, context) => {
+      const outcome = await runIdempotent(store, name, keyOf(event), ttl, () =>
+        invoke(event, context),
+      );
+      return outcome.status === 'ran' ? outcome.result : undefined;
+    };
+  }
+
+  private resolveIdempotencyStore(
+    source: string,
+    options: OutboxHandlerIdempotencyOptions,
+  ): IdempotencyStore {
+    const candidate = options.store as Partial<IdempotencyStore> | undefined;
+    if (candidate && typeof candidate === 'object' && typeof candidate.claim === 'function') {
+      return candidate as IdempotencyStore;
+    }
+    try {
+      return this.moduleRef.get(options.store as never, { strict: false });
+    } catch {
+      throw new OutboxOptionsError(
+        `@OutboxHandler idempotency.store on ${source}`,
+        'expected an IdempotencyStore instance or the injection token of a provider of one',
+      );
     }
   }
 }

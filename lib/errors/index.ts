@@ -7,3 +7,4 @@ export * from './non-retryable.error';
 export * from './missing-dependency.error';
 export * from './handler-timeout.error';
 export * from './outbox-admin-options.error';
+export * from './idempotency-in-progress.error';

@@ -5,4 +5,3 @@ export { RedisIdempotencyStore } from './redis-idempotency.store';
 export type { RedisIdempotencyStoreOptions } from './redis-idempotency.store';
 export { runIdempotent } from './run-idempotent';
 export type { IdempotentOutcome, RunIdempotentOptions } from './run-idempotent';
-export { IdempotencyInProgressError } from './idempotency-in-progress.error';

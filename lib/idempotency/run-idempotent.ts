@@ -1,4 +1,4 @@
-import { IdempotencyInProgressError } from './idempotency-in-progress.error';
+import { IdempotencyInProgressError } from '../errors/idempotency-in-progress.error';
 import { IdempotencyStore } from './idempotency-store.interface';
 
 export interface RunIdempotentOptions {

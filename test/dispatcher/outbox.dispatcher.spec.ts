@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import {
   LeaseLostError,
+  MemoryIdempotencyStore,
   MemoryOutboxStore,
   NonRetryableError,
   OutboxEvent,
@@ -450,5 +451,37 @@ describe('OutboxDispatcher', () => {
     const stats = await store.stats();
     expect(stats.byType['unknown.kind']).toEqual({ pending: 1, leased: 0, dead: 0 });
     expect(stats.dead).toBe(0);
+  });
+
+  it('skips a redelivered event already handled when the handler has idempotency', async () => {
+    const store = new MemoryOutboxStore();
+    const idempotency = new MemoryIdempotencyStore();
+    let effects = 0;
+    @Injectable()
+    class Mailer {
+      @OutboxHandler('receipt', { idempotency: { store: idempotency } })
+      send() {
+        effects++;
+      }
+    }
+    // The first outcome is lost (as when a worker dies between the effect and its ack).
+    const realAck = store.ack.bind(store);
+    let lose = true;
+    jest.spyOn(store, 'ack').mockImplementation(async (lease) => {
+      if (lose) {
+        lose = false;
+        throw new LeaseLostError(lease.deliveryId, lease.owner);
+      }
+      return realAck(lease);
+    });
+    t = await createOutboxApp([Mailer], { store, dispatcher: { leaseMs: 1_000 } });
+    const event = await t.outbox.append({ type: 'receipt', payload: {} });
+    await tick(150);
+    expect(effects).toBe(1);
+    expect((await store.stats()).leased).toBe(1);
+    await tick(1_500); // the lease expires and the delivery comes back
+    expect(effects).toBe(1);
+    expect(await store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
+    expect(await idempotency.isDone('Mailer.send', event.id)).toBe(true);
   });
 });

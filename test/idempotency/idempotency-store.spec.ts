@@ -6,7 +6,7 @@ import {
   MemoryIdempotencyStore,
   RedisIdempotencyStore,
   runIdempotent,
-} from '../../lib/idempotency';
+} from 'nestjs-outbox';
 import { describeWithService, SERVICES } from '../support/services';
 
 interface Ctx {
