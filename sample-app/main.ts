@@ -12,7 +12,13 @@ async function bootstrap(): Promise<void> {
   const port = Number(process.env.PORT ?? 3000);
   await app.listen(port, '127.0.0.1');
   console.log(
-    `Sample app on http://127.0.0.1:${port}  (POST /players {"name":"ada"}, GET /players, GET /outbox-stats)`,
+    [
+      `Sample app on http://127.0.0.1:${port}`,
+      `  POST /players {"name":"ada"}            create a player (+ player.created event)`,
+      `  POST /players/:id/points {"points":5}    with header Idempotency-Key: <any id> (applied once)`,
+      `  GET  /players, GET /outbox-stats`,
+      `  GET  /outbox/stats, /outbox/dead-letters  with header x-admin-key: ${AdminKeyGuard.key}`,
+    ].join('\n'),
   );
 }
 

@@ -4,10 +4,8 @@ import request from 'supertest';
 import { OutboxDispatcher } from 'nestjs-outbox';
 
 process.env.SAMPLE_DB = ':memory:';
-// eslint-disable-next-line @typescript-eslint/no-require-imports
 const { AppModule } =
   require('../../sample-app/app.module') as typeof import('../../sample-app/app.module');
-// eslint-disable-next-line @typescript-eslint/no-require-imports
 const { WelcomeHandler } =
   require('../../sample-app/players/welcome.handler') as typeof import('../../sample-app/players/welcome.handler');
 
