@@ -8,3 +8,5 @@ export * from './missing-dependency.error';
 export * from './handler-timeout.error';
 export * from './outbox-admin-options.error';
 export * from './idempotency-in-progress.error';
+export * from './inbox-context.error';
+export * from './inbox-message-id.error';

@@ -1,7 +1,7 @@
 import { createParamDecorator } from '@nestjs/common';
 import { INBOX_MANAGER_PARAMS_METADATA } from './inbox.constants';
 import { currentInboxScope } from './inbox.context';
-import { InboxContextError } from './errors/inbox-context.error';
+import { InboxContextError } from '../errors/inbox-context.error';
 
 const managerParam = createParamDecorator((_data: unknown) => {
   // Nest resolves parameters after the interceptors, inside the inbox's async scope.

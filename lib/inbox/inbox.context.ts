@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
-import { InboxContextError } from './errors/inbox-context.error';
+import { InboxContextError } from '../errors/inbox-context.error';
 
 /** What an `@Inbox()` method runs inside. */
 export interface InboxScope {

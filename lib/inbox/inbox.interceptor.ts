@@ -7,7 +7,7 @@ import {
 } from '@nestjs/common';
 import { ModuleRef, Reflector } from '@nestjs/core';
 import { defer, from, lastValueFrom, mergeAll, Observable, of, toArray } from 'rxjs';
-import { InboxMessageIdError } from './errors/inbox-message-id.error';
+import { InboxMessageIdError } from '../errors/inbox-message-id.error';
 import { INBOX_METADATA } from './inbox.constants';
 import { runInInboxScope } from './inbox.context';
 import { InboxMessages } from './inbox.messages';

@@ -6,8 +6,6 @@ export { InboxService } from './inbox.service';
 export { ensureInboxSchema } from './inbox.store';
 export type { InboxCleanupResult, InboxRunResult, InboxTableOptions } from './inbox.store';
 export { createInboxMigration } from './inbox.migration';
-export { InboxMessageIdError } from './errors/inbox-message-id.error';
-export { InboxContextError } from './errors/inbox-context.error';
 export { INBOX_CLEANUP_INTERVAL } from './inbox.constants';
 export type {
   InboxDataSourceToken,

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { join, resolve } from 'node:path';
 import { DataSource } from 'typeorm';
 import { OutboxHandlerRegistry } from 'nestjs-outbox';
-import { ensureInboxSchema, InboxService } from '../../lib/inbox';
+import { ensureInboxSchema, InboxService } from 'nestjs-outbox';
 import { createOutboxApp } from '../support/outbox-app';
 import { describeWithService } from '../support/services';
 import { CRASH_EFFECTS, CrashConsumer, deliverTo } from './fixtures/crash-consumer';

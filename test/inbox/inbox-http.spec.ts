@@ -11,7 +11,7 @@ import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { DataSource, EntityManager } from 'typeorm';
 import { OutboxModule } from 'nestjs-outbox';
-import { Inbox, InboxContext, InboxManager } from '../../lib/inbox';
+import { Inbox, InboxContext, InboxManager } from 'nestjs-outbox';
 import { createEffectTable, inboxTable, openInboxDataSource } from './inbox-test-helpers';
 
 const EFFECTS = Symbol('EFFECTS');

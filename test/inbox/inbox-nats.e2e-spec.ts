@@ -14,7 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { lastValueFrom, Observable, of } from 'rxjs';
 import { DataSource, EntityManager } from 'typeorm';
 import { OutboxEvent, OutboxHandler, OutboxModule, OutboxService } from 'nestjs-outbox';
-import { Inbox, InboxManager, InboxService } from '../../lib/inbox';
+import { Inbox, InboxManager, InboxService } from 'nestjs-outbox';
 import { describeWithService, SERVICES } from '../support/services';
 import { createEffectTable, openInboxDataSource, uniquePrefix } from './inbox-test-helpers';
 

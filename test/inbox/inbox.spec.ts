@@ -19,7 +19,7 @@ import {
   InboxManager,
   InboxMessageIdError,
   InboxService,
-} from '../../lib/inbox';
+} from 'nestjs-outbox';
 import { createOutboxApp, TestApp } from '../support/outbox-app';
 import { describeWithService } from '../support/services';
 import {

@@ -1,4 +1,4 @@
-import { OutboxError } from '../../errors/outbox.error';
+import { OutboxError } from './outbox.error';
 
 /** The inbox transaction was asked for outside an `@Inbox()` method. */
 export class InboxContextError extends OutboxError {

@@ -1,4 +1,4 @@
-import { NonRetryableError } from '../../errors/non-retryable.error';
+import { NonRetryableError } from './non-retryable.error';
 
 /**
  * A consumer got a message without a usable id. The inbox never lets such a message through
