@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { CanActivate, Injectable, UseGuards } from '@nestjs/common';
 import {
   LeaseLostError,
   MemoryIdempotencyStore,
@@ -483,5 +483,56 @@ describe('OutboxDispatcher', () => {
     expect(effects).toBe(1);
     expect(await store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
     expect(await idempotency.isDone('Mailer.send', event.id)).toBe(true);
+  });
+
+  it('dead-letters without running a delivery whose earlier attempts all died with their workers', async () => {
+    const store = new MemoryOutboxStore();
+    let runs = 0;
+    @Injectable()
+    class Crashy {
+      @OutboxHandler('crashy', { maxAttempts: 2 })
+      handle() {
+        runs++;
+      }
+    }
+    t = await createOutboxApp([Crashy], { store, dispatcher: { enabled: false } });
+    await t.outbox.append({ type: 'crashy', payload: {} });
+    const handlers = [{ name: 'Crashy.handle', types: ['crashy'] }];
+    // Two workers claim it and die without reporting (their leases just expire).
+    for (const worker of ['dead-1', 'dead-2']) {
+      expect(
+        await store.claim({ workerId: worker, handlers, limit: 1, leaseMs: 100 }),
+      ).toHaveLength(1);
+      await tick(150);
+    }
+    await t.dispatcher.drain();
+    expect(runs).toBe(0);
+    const { items } = await store.listDeadLetters({ limit: 10 });
+    expect(items[0]).toMatchObject({ reason: 'exhausted', attempts: 3 });
+    expect(items[0].errors[0].message).toMatch(/No outcome reported by 2 attempt/);
+  });
+
+  it('counts a guard that denies as a failed attempt', async () => {
+    class Deny implements CanActivate {
+      canActivate() {
+        return false;
+      }
+    }
+    let runs = 0;
+    @Injectable()
+    class Guarded {
+      @UseGuards(Deny)
+      @OutboxHandler('guarded', { maxAttempts: 1 })
+      handle() {
+        runs++;
+      }
+    }
+    t = await createOutboxApp([Guarded]);
+    await t.outbox.append({ type: 'guarded', payload: {} });
+    await tick(300);
+    expect(runs).toBe(0);
+    const { items } = await t.store.listDeadLetters({ limit: 10 });
+    expect(items[0]).toMatchObject({ handler: 'Guarded.handle', reason: 'exhausted' });
+    expect(items[0].errors[0].name).toBe('ForbiddenException');
   });
 });
