@@ -1,44 +1,23 @@
-import { randomBytes } from 'node:crypto';
 import { DataSource, DataSourceOptions } from 'typeorm';
-import { SERVICES } from '../support/services';
+import { dataSourceOptions } from '../stores/typeorm/typeorm-test-helpers';
+
+export { uniquePrefix } from '../stores/typeorm/typeorm-test-helpers';
 
 export type InboxTestDialect = 'postgres' | 'mariadb' | 'sqlite';
 
+/** Room for 20 concurrent inbox transactions plus the test's own queries. */
+const POOL: Record<InboxTestDialect, Record<string, unknown>> = {
+  postgres: { max: 30 },
+  mariadb: { connectionLimit: 30 },
+  sqlite: {},
+};
+
 export function inboxDataSourceOptions(dialect: InboxTestDialect): DataSourceOptions {
-  switch (dialect) {
-    case 'postgres':
-      return {
-        type: 'postgres',
-        host: SERVICES.postgres.host,
-        port: SERVICES.postgres.port,
-        username: process.env.PGUSER ?? 'postgres',
-        password: process.env.PGPASSWORD,
-        database: process.env.PGDATABASE ?? 'test',
-        // Room for 20 concurrent inbox transactions plus the test's own queries.
-        extra: { max: 30 },
-      };
-    case 'mariadb':
-      return {
-        type: 'mariadb',
-        host: SERVICES.mariadb.host,
-        port: SERVICES.mariadb.port,
-        username: process.env.MYSQL_USER ?? 'root',
-        password: process.env.MYSQL_PASSWORD ?? '',
-        database: process.env.MYSQL_DATABASE ?? 'test',
-        extra: { connectionLimit: 30 },
-      };
-    case 'sqlite':
-      return { type: 'better-sqlite3', database: ':memory:' };
-  }
+  return dataSourceOptions(dialect, POOL[dialect]);
 }
 
 export function openInboxDataSource(dialect: InboxTestDialect): Promise<DataSource> {
   return new DataSource(inboxDataSourceOptions(dialect)).initialize();
-}
-
-/** A table prefix no other run uses, so test files may share one database server. */
-export function uniquePrefix(tag: string): string {
-  return `ib_${tag}_${randomBytes(3).toString('hex')}_`;
 }
 
 function quote(dataSource: DataSource, name: string): string {
