@@ -346,6 +346,24 @@ export function describeOutboxStoreContract(
         await store.deadLetter(c1.lease, 'rejected', err(1));
         expect((await claim([A])).map((c) => c.event.id)).toEqual([e2.id]);
       });
+      it('holds a later event behind an earlier one of its key that is not expanded yet', async () => {
+        // An API-only process (no handler for the type) appended a backlog and then E1; a process
+        // that knows the handler appended E2 with the same key. E1 must still come first.
+        const tomorrow = new Date((await store.now()).getTime() + 86_400_000);
+        const backlog = Array.from({ length: 600 }, (_, i) =>
+          event({ key: `other-${i}`, handlers: [], availableAt: tomorrow }),
+        );
+        for (let i = 0; i < backlog.length; i += 200) await store.append(backlog.slice(i, i + 200));
+        const e1 = event({ key: 'k', handlers: [] });
+        const e2 = event({ key: 'k', handlers: ['A.handle'] });
+        await store.append([e1]);
+        await store.append([e2]);
+        const first = await claim([A], 10);
+        expect(first.map((c) => c.event.id)).toEqual([e1.id]);
+        await store.ack(first[0].lease);
+        expect((await claim([A], 10)).map((c) => c.event.id)).toEqual([e2.id]);
+      });
+
       it('puts a replayed dead letter back in its original place in the key order', async () => {
         const [e1, e2, e3] = [1, 2, 3].map((n) =>
           event({ key: 'k', payload: { n }, handlers: ['A.handle'] }),
