@@ -298,9 +298,11 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     let lease = delivery.lease;
     let settled = false;
     let renewing = false;
-    let rejectLeaseLost!: (error: unknown) => void;
-    const leaseLost = new Promise<never>((_, reject) => (rejectLeaseLost = reject));
-    leaseLost.catch(() => undefined);
+    // Timeout, lease loss and shutdown all abort the signal; the wait for the handler ends with it.
+    const interrupted = new Promise<never>((_, reject) =>
+      abort.signal.addEventListener('abort', () => reject(abort.signal.reason), { once: true }),
+    );
+    interrupted.catch(() => undefined);
     const renewTimer = setInterval(
       () => {
         if (renewing || settled) return;
@@ -311,27 +313,21 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
             if (!settled) lease = renewed;
           })
           .catch((error) => {
-            if (error instanceof LeaseLostError) {
-              abort.abort(error);
-              rejectLeaseLost(error);
-            } else {
-              this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error));
-            }
+            if (error instanceof LeaseLostError) abort.abort(error);
+            else this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error));
           })
           .finally(() => (renewing = false));
       },
       Math.max(1, Math.floor(this.config.leaseMs / 3)),
     );
-
+    // The handler's own work keeps the process alive, not our bookkeeping.
+    renewTimer.unref();
     const timeoutMs = handler.timeoutMs ?? this.config.handlerTimeoutMs;
-    let timeoutTimer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timeoutTimer = setTimeout(() => {
-        const error = new HandlerTimeoutError(handler.name, timeoutMs);
-        abort.abort(error);
-        reject(error);
-      }, timeoutMs);
-    });
+    const timeoutTimer = setTimeout(
+      () => abort.abort(new HandlerTimeoutError(handler.name, timeoutMs)),
+      timeoutMs,
+    );
+    timeoutTimer.unref();
 
     const context: OutboxHandlerContext = {
       attempt: delivery.attempt,
@@ -343,7 +339,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     let failure: unknown = undefined;
     let failed = false;
     try {
-      await Promise.race([handler.invoke(delivery.event, context), timeout, leaseLost]);
+      await Promise.race([handler.invoke(delivery.event, context), interrupted]);
     } catch (error) {
       failed = true;
       failure = error;
@@ -352,10 +348,14 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       clearInterval(renewTimer);
       clearTimeout(timeoutTimer);
     }
-    if (failure instanceof LeaseLostError && abort.signal.reason === failure) {
-      this.counters.leaseLost++;
-      this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
-      return;
+    if (failed && abort.signal.aborted && failure === abort.signal.reason) {
+      if (failure instanceof LeaseLostError) {
+        this.counters.leaseLost++;
+        this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
+        return;
+      }
+      // Shut down under a running handler: report nothing, the lease expires, another worker redelivers.
+      if (failure instanceof OutboxShutdownError) return;
     }
     return this.finish(delivery, lease, handler, failure, failed);
   }

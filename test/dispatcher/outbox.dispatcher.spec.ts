@@ -364,7 +364,11 @@ describe('OutboxDispatcher', () => {
         return new Promise(() => undefined);
       }
     }
-    t = await createOutboxApp([Stuck], { dispatcher: { shutdownTimeoutMs: 1_000 } });
+    const store = new MemoryOutboxStore();
+    t = await createOutboxApp([Stuck], {
+      store,
+      dispatcher: { shutdownTimeoutMs: 1_000, leaseMs: 600 },
+    });
     await t.outbox.append({ type: 'stuck', payload: {} });
     await tick(150);
     const closing = t.app.close();
@@ -372,6 +376,18 @@ describe('OutboxDispatcher', () => {
     await closing;
     expect(signal?.aborted).toBe(true);
     t = undefined;
+    // Nothing of the dispatcher lives on: no renewals, no outcome; the lease simply expires.
+    const calls = ['renew', 'ack', 'retry', 'deadLetter'].map((m) => jest.spyOn(store, m as 'ack'));
+    await tick(5_000);
+    calls.forEach((spy) => expect(spy).not.toHaveBeenCalled());
+    expect((await store.stats()).leased).toBe(1);
+    const [again] = await store.claim({
+      workerId: 'next',
+      handlers: [{ name: 'Stuck.handle', types: ['stuck'] }],
+      limit: 1,
+      leaseMs: 1_000,
+    });
+    expect(again.attempt).toBe(2);
   });
 
   it('releases deliveries claimed while shutting down without counting the attempt', async () => {
