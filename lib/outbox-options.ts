@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { OutboxOptionsError } from './errors/outbox-options.error';
 import { resolveInboxOptions } from './inbox/inbox-options';
 import {
+  BackoffOptions,
   OutboxLimits,
   OutboxModuleOptions,
   ResolvedOutboxOptions,
@@ -18,6 +19,48 @@ export const DEFAULT_LIMITS: OutboxLimits = {
   errorMaxLength: 4096,
   appendMaxEvents: 1000,
 };
+
+export const DEFAULT_BACKOFF: Required<BackoffOptions> = {
+  initialMs: 1_000,
+  factor: 2,
+  maxMs: 300_000,
+  jitter: 0.2,
+};
+
+/**
+ * Validates backoff options (module-wide or per handler) and fills what is missing, or
+ * `undefined`, from `base`; `field` prefixes the option path in errors.
+ */
+export function resolveBackoff(
+  field: string,
+  raw: unknown,
+  base: Required<BackoffOptions>,
+): Required<BackoffOptions> {
+  const b = plainObject(field, raw);
+  const factor = b.factor;
+  if (
+    factor !== undefined &&
+    (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1)
+  ) {
+    throw new OutboxOptionsError(
+      `${field}.factor`,
+      `expected a number ≥ 1, got ${JSON.stringify(factor)}`,
+    );
+  }
+  const backoff = {
+    initialMs: positiveInt(`${field}.initialMs`, b.initialMs, base.initialMs, 0),
+    factor: (factor as number | undefined) ?? base.factor,
+    maxMs: positiveInt(`${field}.maxMs`, b.maxMs, base.maxMs, 0),
+    jitter: fraction(`${field}.jitter`, b.jitter, base.jitter),
+  };
+  if (backoff.maxMs < backoff.initialMs) {
+    throw new OutboxOptionsError(`${field}.maxMs`, `must be ≥ ${field}.initialMs`);
+  }
+  return backoff;
+}
+
+/** Limits bounded by the SQL stores' column sizes. */
+const LIMIT_CAPS: Partial<OutboxLimits> = { typeMaxLength: 255, keyMaxLength: 512 };
 
 const STORE_TYPES = ['memory', 'custom', 'typeorm', 'redis'];
 
@@ -73,7 +116,6 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
   }
 
   const d = plainObject('dispatcher', root.dispatcher);
-  const b = plainObject('dispatcher.backoff', d.backoff);
   if (d.enabled !== undefined && typeof d.enabled !== 'boolean') {
     throw new OutboxOptionsError(
       'dispatcher.enabled',
@@ -90,25 +132,7 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
     );
   }
   const leaseMs = positiveInt('dispatcher.leaseMs', d.leaseMs, 30_000, 100);
-  const backoff = {
-    initialMs: positiveInt('dispatcher.backoff.initialMs', b.initialMs, 1_000, 0),
-    factor:
-      typeof b.factor === 'number' && b.factor >= 1 ? b.factor : b.factor === undefined ? 2 : NaN,
-    maxMs: positiveInt('dispatcher.backoff.maxMs', b.maxMs, 300_000, 0),
-    jitter: fraction('dispatcher.backoff.jitter', b.jitter, 0.2),
-  };
-  if (Number.isNaN(backoff.factor)) {
-    throw new OutboxOptionsError(
-      'dispatcher.backoff.factor',
-      `expected a number ≥ 1, got ${JSON.stringify(b.factor)}`,
-    );
-  }
-  if (backoff.maxMs < backoff.initialMs) {
-    throw new OutboxOptionsError(
-      'dispatcher.backoff.maxMs',
-      'must be ≥ dispatcher.backoff.initialMs',
-    );
-  }
+  const backoff = resolveBackoff('dispatcher.backoff', d.backoff, DEFAULT_BACKOFF);
   const storeErrorBackoffMs = positiveInt(
     'dispatcher.storeErrorBackoffMs',
     d.storeErrorBackoffMs,
@@ -144,6 +168,13 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
       );
     }
     limits[name as keyof OutboxLimits] = positiveInt(`limits.${name}`, value, 0);
+    const cap = LIMIT_CAPS[name as keyof OutboxLimits];
+    if (cap !== undefined && limits[name as keyof OutboxLimits] > cap) {
+      throw new OutboxOptionsError(
+        `limits.${name}`,
+        `can be lowered but not raised above ${cap} (the size of the stores' columns)`,
+      );
+    }
   }
 
   const r = plainObject('retention', root.retention);

@@ -5,6 +5,8 @@ import { OutboxLimits } from './interfaces/outbox-module-options.interface';
 import { AppendableEvent } from './interfaces/outbox-store.interface';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]+$/;
+// eslint-disable-next-line no-control-regex
+const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f]/;
 const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
 
 export function isUuid(value: unknown): value is string {
@@ -53,11 +55,14 @@ export function validateEvent(
   if (
     key !== undefined &&
     key !== null &&
-    (typeof key !== 'string' || key.length < 1 || key.length > limits.keyMaxLength)
+    (typeof key !== 'string' ||
+      key.length < 1 ||
+      key.length > limits.keyMaxLength ||
+      CONTROL_CHARACTERS.test(key))
   ) {
     throw new OutboxValidationError(
       `${path}.key`,
-      `expected a string of 1–${limits.keyMaxLength} characters or null`,
+      `expected a string of 1–${limits.keyMaxLength} characters without control characters, or null`,
     );
   }
   if (payload === undefined) {

@@ -20,6 +20,7 @@ import {
 import { OutboxHandlerRegistry } from './outbox-handler.registry';
 import { OutboxMetadataAccessor } from './outbox-metadata.accessor';
 import { OutboxMessages } from './outbox.messages';
+import { resolveBackoff } from './outbox-options';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
 
@@ -93,7 +94,14 @@ export class OutboxExplorer implements OnModuleInit {
         types,
         source,
         maxAttempts: options.maxAttempts,
-        backoff: options.backoff,
+        backoff:
+          options.backoff === undefined
+            ? undefined
+            : resolveBackoff(
+                `@OutboxHandler backoff on ${source}`,
+                options.backoff,
+                this.options.dispatcher.backoff,
+              ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,
         invoke: this.withIdempotency(name, source, options, (event, context) =>

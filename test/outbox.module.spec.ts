@@ -44,6 +44,8 @@ describe('OutboxModule bootstrap', () => {
     [{}, 'store.type'],
     [{ store: { type: 'custom' } }, 'store.store'],
     [{ store: { type: 'memory' }, retention: { deliveredMs: -5 } }, 'retention.deliveredMs'],
+    [{ store: { type: 'memory' }, limits: { keyMaxLength: 1000 } }, 'limits.keyMaxLength'],
+    [{ store: { type: 'memory' }, limits: { typeMaxLength: 256 } }, 'limits.typeMaxLength'],
   ])('fails bootstrap on bad options %j naming %s', async (options, field) => {
     const error = await boot(options).then(
       (app) => app.close().then(() => null),
@@ -170,5 +172,42 @@ describe('OutboxModule bootstrap', () => {
       ],
     });
     await expect(moduleRef.compile()).rejects.toThrow(/dispatcher\.batchSize/);
+  });
+
+  it('validates per-handler backoff at bootstrap and fills undefined fields from the defaults', async () => {
+    @Injectable()
+    class Bad {
+      @OutboxHandler('bad.backoff', { backoff: { factor: 0.5 } })
+      handle() {}
+    }
+    await expect(boot({ store: { type: 'memory' } }, [Bad])).rejects.toThrow(
+      /@OutboxHandler backoff on Bad\.handle\.factor/,
+    );
+    const attempts: number[] = [];
+    @Injectable()
+    class Partial {
+      // As when a config value is missing: undefined must not turn the delay into NaN.
+      @OutboxHandler('partial.backoff', {
+        maxAttempts: 2,
+        backoff: { initialMs: undefined, jitter: 0 },
+      })
+      handle() {
+        attempts.push(Date.now());
+        throw new Error('again');
+      }
+    }
+    let now = Date.parse('2026-06-01T00:00:00Z');
+    const store = new MemoryOutboxStore({ clock: () => new Date(now) });
+    const app = await boot({ store: { type: 'custom', store }, dispatcher: { enabled: false } }, [
+      Partial,
+    ]);
+    await app.get(OutboxService).append({ type: 'partial.backoff', payload: {} });
+    await app.get(OutboxDispatcher).drain();
+    expect(await store.stats()).toMatchObject({ pending: 1, due: 0 });
+    now += 1_000; // the default initialMs
+    await app.get(OutboxDispatcher).drain();
+    expect(attempts).toHaveLength(2);
+    expect((await store.stats()).dead).toBe(1);
+    await app.close();
   });
 });

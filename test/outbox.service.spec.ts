@@ -70,6 +70,8 @@ describe('OutboxService.append', () => {
     [{ type: 'ok', payload: 'x'.repeat(3000) }, 'event.payload'],
     [{ type: 'ok', payload: { big: 10n } }, 'event.payload'],
     [{ type: 'ok', payload: 1, key: 'k'.repeat(513) }, 'event.key'],
+    [{ type: 'ok', payload: 1, key: 'a\u0000b' }, 'event.key'],
+    [{ type: 'ok', payload: 1, key: 'line\nbreak' }, 'event.key'],
     [{ type: 'ok', payload: 1, id: 'not-a-uuid' }, 'event.id'],
     [{ type: 'ok', payload: 1, headers: { a: 5 } }, 'event.headers.a'],
     [

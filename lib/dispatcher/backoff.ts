@@ -11,5 +11,7 @@ export function backoffDelay(
     backoff.initialMs * Math.pow(backoff.factor, Math.max(0, attempt - 1)),
   );
   const spread = base * backoff.jitter * (2 * random() - 1);
-  return Math.max(0, Math.min(backoff.maxMs, Math.round(base + spread)));
+  const delay = Math.max(0, Math.min(backoff.maxMs, Math.round(base + spread)));
+  // Options are validated at bootstrap; this only keeps a bad value from reaching a store.
+  return Number.isFinite(delay) ? delay : 0;
 }

@@ -427,8 +427,10 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
 
   private describeError(failure: unknown, attempt: number): DeliveryErrorInput {
     const max = this.options.limits.errorMaxLength;
-    const name = failure instanceof Error ? failure.name : typeof failure;
-    const message = failure instanceof Error ? failure.message : safeString(failure);
+    // NUL cannot be stored in PostgreSQL text; an error that could not be recorded is worse.
+    const clean = (text: unknown) => String(text ?? '').replace(/\u0000/g, '');
+    const name = clean(failure instanceof Error ? failure.name : typeof failure) || 'Error';
+    const message = clean(failure instanceof Error ? failure.message : safeString(failure));
     return {
       name: name.slice(0, 255),
       message: message.slice(0, max),

@@ -551,4 +551,19 @@ describe('OutboxDispatcher', () => {
     expect(items[0]).toMatchObject({ handler: 'Guarded.handle', reason: 'exhausted' });
     expect(items[0].errors[0].name).toBe('ForbiddenException');
   });
+
+  it('stores error text without NUL characters (PostgreSQL cannot hold them)', async () => {
+    @Injectable()
+    class Nul {
+      @OutboxHandler('nul', { maxAttempts: 1 })
+      handle() {
+        throw new NonRetryableError('bad\u0000byte');
+      }
+    }
+    t = await createOutboxApp([Nul]);
+    await t.outbox.append({ type: 'nul', payload: {} });
+    await tick(300);
+    const { items } = await t.store.listDeadLetters({ limit: 10 });
+    expect(items[0].errors[0].message).toBe('badbyte');
+  });
 });
