@@ -39,6 +39,8 @@ export interface OutboxInboxOptions {
 
 /** Module-level inbox options after defaults and validation. */
 export interface ResolvedInboxOptions {
+  /** True when `options.inbox` was given (not only inherited from the TypeORM store). */
+  explicit: boolean;
   dataSource?: unknown;
   dataSourceToken?: InboxDataSourceToken;
   retentionMs: number;

@@ -83,6 +83,7 @@ export function resolveInboxOptions(
     throw new OutboxOptionsError('inbox.ensureSchema', 'expected a boolean');
   }
   return {
+    explicit: value !== undefined,
     dataSource: explicit ? o.dataSource : fromStore?.dataSource,
     dataSourceToken: (explicit ? o.dataSourceToken : fromStore?.dataSourceToken) as
       ResolvedInboxOptions['dataSourceToken'] | undefined,

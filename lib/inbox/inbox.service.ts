@@ -68,12 +68,16 @@ export class InboxService
   /** Validates every `@Inbox()` method and prepares its table before anything is delivered. */
   async onModuleInit(): Promise<void> {
     const pending: Promise<InboxStore>[] = [];
-    if (this.config) pending.push(this.storeFor(undefined, 'OutboxModule inbox'));
     for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
       for (const { where, method, options } of this.inboxMethods(wrapper)) {
         this.validate(where, method, options);
         pending.push(this.storeFor(options.dataSource, where));
       }
+    }
+    // The inbox that follows the TypeORM store exists only for apps that use it: an app without
+    // @Inbox() gets no table and no cleanup job (unless options.inbox asks for them).
+    if (this.config && (this.config.explicit || pending.length > 0)) {
+      pending.push(this.storeFor(undefined, 'OutboxModule inbox'));
     }
     await Promise.all(pending);
   }
@@ -195,6 +199,8 @@ export class InboxService
     });
     if (this.config?.ensureSchema ?? process.env.NODE_ENV !== 'production') {
       await store.ensureSchema();
+    } else {
+      await store.assertSchema();
     }
     return store;
   }

@@ -1,3 +1,4 @@
+import { OutboxOptionsError } from '../errors/outbox-options.error';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { inboxDialectFor, InboxDialect, InboxStatement, InboxTable } from './dialects';
 import { InboxIsolationLevel } from './inbox-options.interface';
@@ -63,6 +64,19 @@ export class InboxStore {
         throw error;
       }
     });
+  }
+
+  /** Throws `OutboxOptionsError` naming the fix when the inbox table does not exist. */
+  async assertSchema(): Promise<void> {
+    try {
+      await this.dataSource.query(`SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
+    } catch {
+      throw new OutboxOptionsError(
+        'inbox.ensureSchema',
+        `the inbox table ${this.names.plain} does not exist; add createInboxMigration() to your ` +
+          'migrations and run them, or set inbox.ensureSchema: true',
+      );
+    }
   }
 
   /**
