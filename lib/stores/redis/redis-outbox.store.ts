@@ -50,6 +50,12 @@ export interface RedisOutboxStoreOptions {
 
 type Row = (string | number | null)[];
 
+/**
+ * A duration argument in whole ms, at least `min`. NaN, ±Infinity and negatives (a bad backoff
+ * function, say) become `min`: Redis would refuse them as scores or make a lease never expire.
+ */
+const msArg = (v: number, min: number) => (Number.isFinite(v) && v > min ? Math.round(v) : min);
+
 /** One filter argument: '-' absent, '+value' present (so an empty string is still a value). */
 const optArg = (v: string | undefined | null) => (v === undefined || v === null ? '-' : `+${v}`);
 
@@ -133,7 +139,8 @@ export class RedisOutboxStore implements OutboxStore {
 
   async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {
     const names = [...new Set(request.handlers.map((h) => h.name))];
-    if (names.length === 0 || request.limit <= 0) return [];
+    const limit = Number.isFinite(request.limit) ? Math.floor(request.limit) : 0;
+    if (names.length === 0 || limit <= 0) return [];
     const byType = new Map<string, string[]>();
     for (const h of request.handlers) {
       for (const type of h.types) {
@@ -144,8 +151,8 @@ export class RedisOutboxStore implements OutboxStore {
     }
     const args: (string | number)[] = [
       request.workerId,
-      Math.max(1, Math.ceil(request.leaseMs)),
-      Math.floor(request.limit),
+      msArg(Math.ceil(request.leaseMs), 1),
+      limit,
       randomUUID(),
       this.sweep,
       names.length,
@@ -191,7 +198,7 @@ export class RedisOutboxStore implements OutboxStore {
   }
 
   async renew(lease: Lease, leaseMs: number): Promise<Lease> {
-    const leaseUntil = await this.leased('renew', lease, [Math.max(1, Math.ceil(leaseMs))]);
+    const leaseUntil = await this.leased('renew', lease, [msArg(Math.ceil(leaseMs), 1)]);
     return { ...lease, leaseUntil: new Date(leaseUntil) };
   }
 
@@ -200,7 +207,7 @@ export class RedisOutboxStore implements OutboxStore {
   }
 
   async retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {
-    await this.leased('retry', lease, [Math.max(0, Math.round(delayMs)), ...errorArgs(error)]);
+    await this.leased('retry', lease, [msArg(delayMs, 0), ...errorArgs(error)]);
   }
 
   async deadLetter(
@@ -383,24 +390,42 @@ export class RedisOutboxStore implements OutboxStore {
   }
 }
 
+/**
+ * name, message and workerId go to Redis as JSON text (see the layout comment in redis-scripts).
+ * JSON.stringify writes a lone UTF-16 surrogate (a message cut mid-pair) as a `\uXXXX` escape,
+ * so every string survives the trip through UTF-8 and Lua and comes back exactly.
+ */
 function errorArgs(error: DeliveryErrorInput): (string | number)[] {
-  return [error.name, error.message, error.attempt, error.workerId, OUTBOX_ERROR_HISTORY];
+  const attempt = Number.isFinite(error.attempt) ? Math.floor(error.attempt) : 0;
+  return [
+    JSON.stringify(String(error.name ?? '')),
+    JSON.stringify(String(error.message ?? '')),
+    attempt,
+    JSON.stringify(String(error.workerId ?? '')),
+    OUTBOX_ERROR_HISTORY,
+  ];
+}
+
+interface StoredError {
+  j?: number;
+  name: string;
+  message: string;
+  attempt: number;
+  workerId: string;
+  at: string;
 }
 
 function parseErrors(raw: unknown): DeliveryError[] {
   if (raw === null || raw === undefined || raw === '') return [];
-  const list = JSON.parse(String(raw)) as {
-    name: string;
-    message: string;
-    attempt: number;
-    workerId: string;
-    at: string;
-  }[];
+  const parsed = JSON.parse(String(raw)) as StoredError[] | Record<string, never>;
+  // Lua's cjson writes an empty table as {}.
+  const list = Array.isArray(parsed) ? parsed : [];
+  const text = (v: string, encoded: boolean) => (encoded ? (JSON.parse(v) as string) : v);
   return list.map((e) => ({
-    name: e.name,
-    message: e.message,
+    name: text(e.name, e.j === 1),
+    message: text(e.message, e.j === 1),
     attempt: Number(e.attempt),
-    workerId: e.workerId,
+    workerId: text(e.workerId, e.j === 1),
     at: new Date(Number(e.at)),
   }));
 }

@@ -16,10 +16,18 @@
  *   l:<handler>      zset  leased, by leaseUntil
  *   kq:<len>:<handler>:<key>  zset  open deliveries of one (handler, key), by seq
  *   u:<type>         zset  unexpanded deliveries (handler '*'), by seq
+ *   uk:<len>:<type>:<key>  zset  unexpanded deliveries of one (type, key), by seq; a claim checks
+ *                          it so a keyed delivery never overtakes an older event of its key that
+ *                          is still unexpanded (SPEC §2.6)
  *   pend             zset  every pending delivery, by availableAt (stats: due, oldest)
  *   dead             zset  dead letters, by deadAt; ties by id, which is the cursor order
  *   done             zset  fully delivered events, by completion time (retention)
  *   cnt              hash  leased count and per-type p:/l:/x: counters (zero fields removed)
+ *
+ * Error entries in `er` are `{ j: 1, name, message, workerId, attempt, at }` where name, message
+ * and workerId hold the JSON text of the string (made by JavaScript), so any string — lone UTF-16
+ * surrogates included, which UTF-8 cannot carry — comes back exactly. Entries without `j` (written
+ * before) hold the plain strings.
  */
 
 const PRELUDE = `
@@ -35,6 +43,7 @@ local function dkey(id) return B .. 'd:' .. id end
 local function ekey(id) return B .. 'e:' .. id end
 local function hkey(kind, h) return B .. kind .. ':' .. h end
 local function kqkey(h, k) return B .. 'kq:' .. string.len(h) .. ':' .. h .. ':' .. k end
+local function ukkey(t, k) return B .. 'uk:' .. string.len(t) .. ':' .. t .. ':' .. k end
 local function opt(v) if v == false or v == nil or v == '' then return nil end return v end
 
 local function incr(field, by)
@@ -124,6 +133,7 @@ local function newDelivery(id, ev, h, t, k, sq, av)
   incr('p:' .. t, 1)
   if h == '*' then
     redis.call('ZADD', B .. 'u:' .. t, sq, id)
+    if k then redis.call('ZADD', ukkey(t, k), sq, id) end
   else
     enqueue(id, h, k, sq, av)
   end
@@ -146,7 +156,7 @@ end
 local function pushError(id, raw, name, message, attempt, worker, max)
   local errs = {}
   if raw then errs = cjson.decode(raw) end
-  table.insert(errs, { name = name, message = message, attempt = tonumber(attempt), workerId = worker, at = tostring(now) })
+  table.insert(errs, { j = 1, name = name, message = message, attempt = tonumber(attempt), workerId = worker, at = tostring(now) })
   while #errs > max do table.remove(errs, 1) end
   redis.call('HSET', dkey(id), 'er', cjson.encode(errs))
 end
@@ -250,29 +260,44 @@ for j = 1, nh do hs[j] = ARGV[7 + j] end
 local i = 8 + nh
 local nt = tonumber(ARGV[i])
 i = i + 1
--- Expand unexpanded deliveries of the types this worker handles into one per handler.
+-- types: the types this worker handles; th[type]: its handlers here; htypes[handler]: its types.
+local types, th, htypes = {}, {}, {}
 for _ = 1, nt do
   local t, c = ARGV[i], tonumber(ARGV[i + 1])
-  local th = {}
-  for j = 1, c do th[j] = ARGV[i + 1 + j] end
-  i = i + 2 + c
-  local uk = B .. 'u:' .. t
-  for _, uid in ipairs(redis.call('ZRANGE', uk, 0, cap - 1)) do
-    local f = redis.call('HMGET', dkey(uid), 'ev', 'k', 'sq', 'av')
-    redis.call('DEL', dkey(uid))
-    redis.call('ZREM', uk, uid)
-    redis.call('ZREM', PEND, uid)
-    incr('p:' .. t, -1)
-    local made = 0
-    for _, h in ipairs(th) do
-      local id = uuid(f[1] .. '|' .. h)
-      if redis.call('EXISTS', dkey(id)) == 0 then
-        newDelivery(id, f[1], h, t, opt(f[2]), tonumber(f[3]), tonumber(f[4]))
-        made = made + 1
-      end
-    end
-    redis.call('HINCRBY', ekey(f[1]), 'n', made - 1)
+  th[t] = {}
+  for j = 1, c do
+    local h = ARGV[i + 1 + j]
+    th[t][j] = h
+    htypes[h] = htypes[h] or {}
+    table.insert(htypes[h], t)
   end
+  i = i + 2 + c
+  table.insert(types, t)
+end
+
+-- Turns one unexpanded delivery of type t into one delivery per handler of t on this worker.
+local function expand(uid, t)
+  local f = redis.call('HMGET', dkey(uid), 'ev', 'k', 'sq', 'av')
+  local k = opt(f[2])
+  redis.call('DEL', dkey(uid))
+  redis.call('ZREM', B .. 'u:' .. t, uid)
+  if k then redis.call('ZREM', ukkey(t, k), uid) end
+  redis.call('ZREM', PEND, uid)
+  incr('p:' .. t, -1)
+  local made = 0
+  for _, h in ipairs(th[t]) do
+    local id = uuid(f[1] .. '|' .. h)
+    if redis.call('EXISTS', dkey(id)) == 0 then
+      newDelivery(id, f[1], h, t, k, tonumber(f[3]), tonumber(f[4]))
+      made = made + 1
+    end
+  end
+  redis.call('HINCRBY', ekey(f[1]), 'n', made - 1)
+end
+
+-- Expand the oldest unexpanded deliveries of the types this worker handles.
+for _, t in ipairs(types) do
+  for _, uid in ipairs(redis.call('ZRANGE', B .. 'u:' .. t, 0, cap - 1)) do expand(uid, t) end
 end
 -- Deliveries whose time came, and expired leases, become runnable again.
 for _, h in ipairs(hs) do
@@ -293,6 +318,47 @@ for _, h in ipairs(hs) do
     requeue(id, h, opt(f[2]), tonumber(f[3]), now)
   end
 end
+
+-- Lowest seq of an unexpanded delivery of key k among the types handler h takes here, or nil.
+local function oldestUnexpanded(h, k)
+  local m = nil
+  for _, t in ipairs(htypes[h] or {}) do
+    local r = redis.call('ZRANGE', ukkey(t, k), 0, 0, 'WITHSCORES')
+    if r[2] and (not m or tonumber(r[2]) < m) then m = tonumber(r[2]) end
+  end
+  return m
+end
+
+-- Per-key order across expansion (SPEC §2.6): a keyed candidate must not overtake an older event
+-- of its key that is still unexpanded. Expand those events (at most cap per claim in all), which
+-- puts their deliveries in front of the candidate, and claim the key's head instead; while some
+-- older ones stay unexpanded (budget spent), the key waits for a later claim. A candidate that an
+-- expansion earlier in this claim moved aside also yields to its key's head.
+local budget = cap
+local function pick(id, h, sq)
+  local qk = hkey('q', h)
+  local k = opt(redis.call('HGET', dkey(id), 'k'))
+  if not k then
+    if redis.call('ZSCORE', qk, id) then return id end
+    return nil
+  end
+  local m = oldestUnexpanded(h, k)
+  if m and m < sq then
+    for _, t in ipairs(htypes[h]) do
+      if budget <= 0 then break end
+      local uids = redis.call('ZRANGEBYSCORE', ukkey(t, k), '-inf', '(' .. sq, 'LIMIT', 0, budget)
+      for _, uid in ipairs(uids) do expand(uid, t) end
+      budget = budget - #uids
+    end
+    m = oldestUnexpanded(h, k)
+  end
+  local kq = kqkey(h, k)
+  local head = redis.call('ZRANGE', kq, 0, 0, 'WITHSCORES')
+  if not head[1] or not redis.call('ZSCORE', qk, head[1]) then return nil end
+  if m and m < tonumber(head[2]) then return nil end
+  return head[1]
+end
+
 -- Oldest first across this worker's handlers.
 local cands = {}
 for hi, h in ipairs(hs) do
@@ -305,21 +371,25 @@ table.sort(cands, function(a, b)
 end)
 local out = {}
 local lu = now + leaseMs
-for j = 1, math.min(limit, #cands) do
-  local id, h = cands[j][3], cands[j][4]
-  local dk = dkey(id)
-  local tok = tokenBase .. '.' .. j
-  local at = redis.call('HINCRBY', dk, 'at', 1)
-  redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tok, 'lu', lu)
-  redis.call('ZREM', hkey('q', h), id)
-  redis.call('ZADD', hkey('l', h), lu, id)
-  redis.call('ZREM', PEND, id)
-  local f = redis.call('HMGET', dk, 'ev', 't')
-  incr('l', 1)
-  incr('l:' .. f[2], 1)
-  incr('p:' .. f[2], -1)
-  local e = redis.call('HMGET', ekey(f[1]), 't', 'k', 'pl', 'hd', 'oa', 'av')
-  table.insert(out, { id, h, at, tok, lu, f[1], e[1], e[2], e[3], e[4], e[5], e[6] })
+for j = 1, #cands do
+  if #out >= limit then break end
+  local h = cands[j][4]
+  local id = pick(cands[j][3], h, cands[j][1])
+  if id then
+    local dk = dkey(id)
+    local tok = tokenBase .. '.' .. (#out + 1)
+    local at = redis.call('HINCRBY', dk, 'at', 1)
+    redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tok, 'lu', lu)
+    redis.call('ZREM', hkey('q', h), id)
+    redis.call('ZADD', hkey('l', h), lu, id)
+    redis.call('ZREM', PEND, id)
+    local f = redis.call('HMGET', dk, 'ev', 't')
+    incr('l', 1)
+    incr('l:' .. f[2], 1)
+    incr('p:' .. f[2], -1)
+    local e = redis.call('HMGET', ekey(f[1]), 't', 'k', 'pl', 'hd', 'oa', 'av')
+    table.insert(out, { id, h, at, tok, lu, f[1], e[1], e[2], e[3], e[4], e[5], e[6] })
+  end
 end
 return out
 `;

@@ -96,6 +96,158 @@ describeWithService('redis', 'RedisOutboxStore specifics', () => {
       const next = await claim();
       expect(next.map((c) => c.event.id)).toEqual([e1.id]);
     });
+
+    it('never lets a keyed delivery overtake older unexpanded events of its key, even past the sweep', async () => {
+      const s = new RedisOutboxStore({ client, prefix, claimSweepLimit: 2 });
+      const tomorrow = new Date(Date.now() + 86_400_000);
+      // Older scheduled placeholders fill the sweep, so the key's own placeholders stay behind it.
+      await s.append(
+        Array.from({ length: 4 }, (_, i) =>
+          event({ key: `other-${i}`, handlers: [], availableAt: tomorrow }),
+        ),
+      );
+      const older = Array.from({ length: 5 }, (_, n) =>
+        event({ key: 'k', handlers: [], payload: { n } }),
+      );
+      for (const e of older) await s.append([e]);
+      const last = event({ key: 'k', payload: { n: 5 } });
+      await s.append([last]);
+      const seen: string[] = [];
+      for (let round = 0; round < 20 && seen.length < 6; round++) {
+        const got = await s.claim({ workerId: 'w', handlers: [A], limit: 10, leaseMs: 10_000 });
+        expect(got.length).toBeLessThanOrEqual(1);
+        for (const c of got) {
+          seen.push(c.event.id);
+          await s.ack(c.lease);
+        }
+      }
+      expect(seen).toEqual([...older, last].map((e) => e.id));
+    });
+
+    /** A store whose claim sweep expands one event per type, and that backlog in front of it. */
+    async function behindBacklog(types: string[]): Promise<RedisOutboxStore> {
+      const s = new RedisOutboxStore({ client, prefix, claimSweepLimit: 1 });
+      const tomorrow = new Date(Date.now() + 86_400_000);
+      await s.append(
+        types.map((type) => event({ type, key: 'other', handlers: [], availableAt: tomorrow })),
+      );
+      return s;
+    }
+
+    it('holds a handler behind an unexpanded event of any of its types with the same key', async () => {
+      const s = await behindBacklog(['t', 'u']);
+      const e1 = event({ type: 'u', key: 'k', handlers: [] });
+      const e2 = event({ key: 'k', handlers: ['A'] });
+      await s.append([e1]);
+      await s.append([e2]);
+      const both: HandlerSubscription = { name: 'A', types: ['t', 'u'] };
+      const take = () => s.claim({ workerId: 'w', handlers: [both], limit: 10, leaseMs: 10_000 });
+      const first = await take();
+      expect(first.map((c) => c.event.id)).toEqual([e1.id]);
+      await s.ack(first[0].lease);
+      expect((await take()).map((c) => c.event.id)).toEqual([e2.id]);
+    });
+
+    it('claims the expanded older event for every handler of the key in one call', async () => {
+      const s = await behindBacklog(['t']);
+      const B: HandlerSubscription = { name: 'B', types: ['t'] };
+      const e1 = event({ key: 'k', handlers: [] });
+      const e2 = event({ key: 'k', handlers: ['A', 'B'] });
+      await s.append([e1]);
+      await s.append([e2]);
+      const take = () => s.claim({ workerId: 'w', handlers: [A, B], limit: 10, leaseMs: 10_000 });
+      const first = await take();
+      expect(first.map((c) => `${c.event.id}/${c.handler}`).sort()).toEqual(
+        [`${e1.id}/A`, `${e1.id}/B`].sort(),
+      );
+      for (const c of first) await s.ack(c.lease);
+      expect((await take()).map((c) => `${c.event.id}/${c.handler}`).sort()).toEqual(
+        [`${e2.id}/A`, `${e2.id}/B`].sort(),
+      );
+    });
+
+    it('leaves no per-key index of unexpanded events behind once they are expanded', async () => {
+      // Sweep of one: the first claim expands the k2 event by sweep and the k one for its key.
+      const s = new RedisOutboxStore({ client, prefix, claimSweepLimit: 1 });
+      await s.append([event({ key: 'k2', handlers: [] })]);
+      await s.append([event({ key: 'k', handlers: [] })]);
+      await s.append([event({ key: 'k', handlers: ['A'] })]);
+      expect(await client.exists(`{${prefix}}:uk:1:t:k`)).toBe(1);
+      for (let round = 0; round < 5; round++) {
+        const got = await s.claim({ workerId: 'w', handlers: [A], limit: 10, leaseMs: 10_000 });
+        for (const c of got) await s.ack(c.lease);
+      }
+      await new Promise((r) => setTimeout(r, 5));
+      await s.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: 0, batchSize: 100 });
+      expect(await keysOf(client, prefix)).toEqual([`{${prefix}}:seq`]);
+    });
+  });
+
+  describe('retry delay and error text', () => {
+    it.each([NaN, Infinity, -Infinity, -5])('treats a retry delay of %p as 0', async (delay) => {
+      await store.append([event()]);
+      const [c] = await claim();
+      await store.retry(c.lease, delay, { name: 'Error', message: 'x', attempt: 1, workerId: 'w' });
+      const stats = await store.stats();
+      expect([stats.pending, stats.due]).toEqual([1, 1]);
+      expect(await claim()).toHaveLength(1);
+    });
+
+    it('keeps error names, messages and worker ids of any content exactly', async () => {
+      const texts = [
+        '',
+        'a\u0000b',
+        'quote " backslash \\ slash / newline \n tab \t',
+        'ünïcødé 日本語 😀',
+        'cut mid-pair \ud83d',
+        '\udfff lone low',
+        '{"looks":"like json"}',
+        '[]',
+        '123',
+        'null',
+        '\u2028\u2029\u007f\u0001',
+        '\\u0000 (escaped text, not a NUL)',
+        'x'.repeat(4096),
+      ];
+      await store.append([event()]);
+      let [c] = await claim();
+      const id = c.id;
+      for (let i = 0; i < texts.length; i++) {
+        const error = { name: texts[i], message: texts[i], attempt: i + 1, workerId: texts[i] };
+        if (i < texts.length - 1) {
+          await store.retry(c.lease, 0, error);
+          [c] = await claim();
+        } else {
+          await store.deadLetter(c.lease, 'exhausted', error);
+        }
+      }
+      const dl = await store.getDeadLetter(id);
+      const kept = texts.slice(-dl!.errors.length);
+      expect(dl!.errors.map((e) => [e.name, e.message, e.workerId])).toEqual(
+        kept.map((t) => [t, t, t]),
+      );
+      const [row] = await store.summarizeDeadLetters({});
+      expect(row.errorName).toBe(texts[texts.length - 1]);
+    });
+
+    it('still reads error entries stored as plain strings', async () => {
+      await store.append([event()]);
+      const [c] = await claim();
+      await store.deadLetter(c.lease, 'rejected', {
+        name: 'Error',
+        message: 'new',
+        attempt: 1,
+        workerId: 'w',
+      });
+      const legacy = [
+        { name: 'TypeError', message: 'old "one"', attempt: 1, workerId: 'w0', at: '1000' },
+      ];
+      await client.hset(`{${prefix}}:d:${c.id}`, 'er', JSON.stringify(legacy));
+      const dl = await store.getDeadLetter(c.id);
+      expect(dl!.errors).toEqual([
+        { name: 'TypeError', message: 'old "one"', attempt: 1, workerId: 'w0', at: new Date(1000) },
+      ]);
+    });
   });
 
   it('refuses a SQL transaction handle instead of pretending to join it', async () => {
