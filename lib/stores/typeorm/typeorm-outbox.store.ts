@@ -219,6 +219,7 @@ export class TypeOrmOutboxStore implements OutboxStore {
     await this.expand(request);
     const d = this.dialect;
     const token = randomUUID();
+    const unexpanded = this.unexpandedBlocker(request);
     const candidates: ClaimCandidates = ({
       limit,
       lock,
@@ -226,9 +227,9 @@ export class TypeOrmOutboxStore implements OutboxStore {
     }) => sql`SELECT c.id FROM ${this.D} c${within ? sql` ${d.byId}` : EMPTY}
 WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
   AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
-  AND (c.event_key IS NULL OR NOT EXISTS (
+  AND (c.event_key IS NULL OR (NOT EXISTS (
     SELECT 1 FROM ${this.D} p
-    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq))
+    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}))
 ORDER BY c.event_seq
 LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     const columns = sql`d.id, d.handler, d.attempts, d.lease_owner, d.lease_token, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${this.eventColumns('e')}`;
@@ -268,8 +269,48 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
   }
 
   /**
-   * Turns unexpanded deliveries of types this worker handles into one delivery per handler,
-   * keeping the event's position so per-key order holds across the expansion.
+   * Per-key order across expansion (SPEC §2.6): an earlier event of the key that is still an
+   * unexpanded delivery of a type the handler subscribes to will become one of the handler's
+   * deliveries, so it blocks the later ones just as that delivery would. This covers placeholders
+   * this claim did not get to expand (a backlog beyond EXPAND_BATCH, or not due yet) and those
+   * another worker is expanding right now: its row is locked (SKIP LOCKED skipped it) but, until
+   * that transaction commits, the committed placeholder is still what this statement reads, and
+   * afterwards the expanded copies are. Served by the (handler, event_key, event_seq) index.
+   */
+  private unexpandedBlocker(request: ClaimRequest): SqlText {
+    const typesOf = new Map<string, Set<string>>();
+    for (const h of request.handlers) {
+      const types = typesOf.get(h.name) ?? new Set<string>();
+      for (const type of h.types) types.add(type);
+      typesOf.set(h.name, types);
+    }
+    // Handlers with the same types share one condition (usually: one per type).
+    const byTypes = new Map<string, { handlers: string[]; types: string[] }>();
+    for (const [handler, types] of typesOf) {
+      if (types.size === 0) continue;
+      const sorted = [...types].sort();
+      const k = JSON.stringify(sorted);
+      const group = byTypes.get(k) ?? { handlers: [], types: sorted };
+      group.handlers.push(handler);
+      byTypes.set(k, group);
+    }
+    if (byTypes.size === 0) return EMPTY;
+    const which = join(
+      [...byTypes.values()].map(
+        (g) => sql`(c.handler IN (${list(g.handlers)}) AND u.event_type IN (${list(g.types)}))`,
+      ),
+      ' OR ',
+    );
+    return sql` AND NOT EXISTS (
+    SELECT 1 FROM ${this.D} u
+    WHERE u.handler = ${UNEXPANDED_HANDLER} AND u.event_key = c.event_key AND u.status IN ('pending', 'leased') AND u.event_seq < c.event_seq AND (${which}))`;
+  }
+
+  /**
+   * Turns due unexpanded deliveries of types this worker handles into one delivery per handler,
+   * oldest first, keeping the event's position so per-key order holds across the expansion.
+   * Placeholders not due yet stay as they are until they are (they still hold their key, see
+   * `unexpandedBlocker`), so a backlog of scheduled events never delays the due ones.
    */
   private async expand(request: ClaimRequest): Promise<void> {
     const byType = new Map<string, string[]>();
@@ -279,7 +320,7 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     }
     if (byType.size === 0) return;
     const select = (lock: SqlText) =>
-      sql`SELECT id, event_type FROM ${this.D} WHERE handler = ${UNEXPANDED_HANDLER} AND status = 'pending' AND event_type IN (${list([...byType.keys()])}) ORDER BY event_seq LIMIT ${raw(String(EXPAND_BATCH))} ${lock}`;
+      sql`SELECT id, event_type FROM ${this.D} WHERE handler = ${UNEXPANDED_HANDLER} AND status = 'pending' AND available_at <= ${this.dialect.now} AND event_type IN (${list([...byType.keys()])}) ORDER BY event_seq LIMIT ${raw(String(EXPAND_BATCH))} ${lock}`;
     // Cheap unlocked probe first, so the common case costs one statement and no transaction.
     const probe = await this.one(select(EMPTY));
     if (probe.rows.length === 0) return;
@@ -341,7 +382,7 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     const d = this.dialect;
     return this.settle(
       lease,
-      sql`status = 'pending', available_at = ${d.plusMs(d.now, Math.max(0, delayMs))}, errors = ${this.errorEntry(error)}`,
+      sql`status = 'pending', available_at = ${d.plusMs(d.now, retryDelay(delayMs))}, errors = ${this.errorEntry(error)}`,
     );
   }
 
@@ -363,10 +404,10 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     return this.dialect.appendError(
       raw('errors'),
       {
-        name: String(error.name ?? 'Error').slice(0, 255),
-        message: String(error.message ?? '').slice(0, this.errorMaxLength),
+        name: withoutNul(error.name ?? 'Error').slice(0, 255),
+        message: withoutNul(error.message ?? '').slice(0, this.errorMaxLength),
         attempt: Math.floor(Number(error.attempt) || 0),
-        workerId: String(error.workerId ?? '').slice(0, 255),
+        workerId: withoutNul(error.workerId ?? '').slice(0, 255),
       },
       OUTBOX_ERROR_HISTORY,
     );
@@ -614,6 +655,23 @@ function* deleteOrphans(E: SqlText, D: SqlText, seqs: number[]): Plan<void> {
   const unique = [...new Set(seqs)];
   if (unique.length === 0) return;
   yield sql`DELETE FROM ${E} WHERE seq IN (${list(unique)}) AND seq NOT IN (SELECT event_seq FROM ${D} WHERE event_seq IN (${list(unique)}))`;
+}
+
+/**
+ * Error text without NUL characters: PostgreSQL text and jsonb cannot hold U+0000 (the whole
+ * statement would fail and the outcome would be lost); stripped on every dialect alike.
+ */
+function withoutNul(value: unknown): string {
+  return String(value).replaceAll('\u0000', '');
+}
+
+/** Longest retry delay written (100 years); beyond it the databases' date arithmetic overflows. */
+const MAX_RETRY_DELAY_MS = 100 * 365 * 86_400_000;
+
+/** A retry delay the database accepts: NaN, infinite or negative delays mean "now". */
+function retryDelay(delayMs: number): number {
+  const ms = Number(delayMs);
+  return Number.isFinite(ms) && ms > 0 ? Math.min(ms, MAX_RETRY_DELAY_MS) : 0;
 }
 
 function isTruthy(value: unknown): boolean {

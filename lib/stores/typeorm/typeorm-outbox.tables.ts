@@ -4,9 +4,15 @@ import { raw, SqlText } from './sql';
 /** @default 'outbox_' */
 export const DEFAULT_TABLE_PREFIX = 'outbox_';
 
-// Short enough that the longest derived name (prefix + 'deliveries_claim_idx') stays within the
-// 63-character limit of PostgreSQL and the 64 of MySQL.
+// Table names (prefix + 'schema_version') stay within the 63-character limit of PostgreSQL and
+// the 64 of MySQL; derived index and constraint names are cut to fit (see `name`).
 const PREFIX_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
+/**
+ * Longest derived (index, constraint) name. PostgreSQL cuts longer identifiers to 63 characters
+ * itself; cutting them the same way here keeps those names and lets MySQL (which refuses names
+ * over 64) take the longest prefixes too. Cut names stay distinct.
+ */
+const DERIVED_NAME_MAX = 63;
 const SCHEMA_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
 export interface OutboxTableOptions {
@@ -65,7 +71,7 @@ export function tableNames(
     events: qualified(`${prefix}events`),
     deliveries: qualified(`${prefix}deliveries`),
     version: qualified(`${prefix}schema_version`),
-    name: (suffix) => raw(q(`${prefix}${suffix}`)),
+    name: (suffix) => raw(q(`${prefix}${suffix}`.slice(0, DERIVED_NAME_MAX))),
     lockName: `nestjs-outbox:${useSchema && schema ? `${schema}.` : ''}${prefix}`,
   };
 }

@@ -72,6 +72,8 @@ export function mysqlDdl(t: OutboxTableNames): { create: string[]; drop: string[
   return { create, drop };
 }
 
+const LOCK_TAG = 'nestjs-outbox:';
+
 /** Candidates read per claim, as a multiple of the limit, for concurrent claimers to share. */
 const CLAIM_WINDOW = 4;
 
@@ -195,16 +197,26 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     return rows;
   }
 
+  /**
+   * `GET_LOCK` names are server-wide, so the name carries the current database: two applications
+   * with the same table prefix in different databases must not share a lock. Names are at most 64
+   * characters; a longer one is replaced by a hash of itself.
+   */
+  private lockName(name: string): SqlText {
+    const rest = name.startsWith(LOCK_TAG) ? name.slice(LOCK_TAG.length) : name;
+    return sql`(SELECT IF(CHAR_LENGTH(n) <= 64, n, CONCAT(${LOCK_TAG}, SHA1(n))) FROM (SELECT CONCAT(${LOCK_TAG}, COALESCE(DATABASE(), ''), '.', ${rest}) AS n) AS lock_name)`;
+  }
+
   tryLock(name: string): SqlText {
-    return sql`SELECT GET_LOCK(${name}, 0) AS ok`;
+    return sql`SELECT GET_LOCK(${this.lockName(name)}, 0) AS ok`;
   }
 
   lock(name: string, timeoutSeconds: number): SqlText {
-    return sql`SELECT GET_LOCK(${name}, ${timeoutSeconds}) AS ok`;
+    return sql`SELECT GET_LOCK(${this.lockName(name)}, ${timeoutSeconds}) AS ok`;
   }
 
   unlock(name: string): SqlText | null {
-    return sql`SELECT RELEASE_LOCK(${name}) AS ok`;
+    return sql`SELECT RELEASE_LOCK(${this.lockName(name)}) AS ok`;
   }
 
   createSchema(): string[] {

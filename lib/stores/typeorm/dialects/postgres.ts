@@ -158,12 +158,24 @@ RETURNING ${columns}`;
     return rows;
   }
 
+  /**
+   * Advisory lock key for a lock name. Advisory locks are per database already; without an
+   * explicit schema the tables live in the session's current schema, so that is part of the key
+   * (two applications with the same prefix in different schemas must not share a lock).
+   */
+  private lockKey(name: string): SqlText {
+    const where = this.tables.schema
+      ? sql`current_database()`
+      : sql`current_database() || '.' || coalesce(current_schema(), '')`;
+    return sql`hashtext(${where} || ':' || ${name}::text)`;
+  }
+
   tryLock(name: string): SqlText {
-    return sql`SELECT pg_try_advisory_xact_lock(hashtext(${name}::text)) AS ok`;
+    return sql`SELECT pg_try_advisory_xact_lock(${this.lockKey(name)}) AS ok`;
   }
 
   lock(name: string): SqlText {
-    return sql`SELECT pg_advisory_xact_lock(hashtext(${name}::text)) IS NULL AS ok`;
+    return sql`SELECT pg_advisory_xact_lock(${this.lockKey(name)}) IS NULL AS ok`;
   }
 
   unlock(): SqlText | null {
