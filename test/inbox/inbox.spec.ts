@@ -204,7 +204,10 @@ function inboxSemantics(dialect: InboxTestDialect): void {
       const holder = dataSource.createQueryRunner();
       const name = `nestjs-outbox:inbox-cleanup:${prefix}inbox`;
       await holder.query(
-        dialect === 'postgres' ? 'SELECT pg_advisory_lock(hashtext($1))' : 'SELECT GET_LOCK(?, 5)',
+        dialect === 'postgres'
+          ? 'SELECT pg_advisory_lock(hashtext($1))'
+          : // MySQL lock names are qualified with the database (see the inbox's mysql dialect).
+            "SELECT GET_LOCK(CONCAT(DATABASE(), '.', ?), 5)",
         [name],
       );
       try {
@@ -215,7 +218,7 @@ function inboxSemantics(dialect: InboxTestDialect): void {
         await holder.query(
           dialect === 'postgres'
             ? 'SELECT pg_advisory_unlock(hashtext($1))'
-            : 'SELECT RELEASE_LOCK(?)',
+            : "SELECT RELEASE_LOCK(CONCAT(DATABASE(), '.', ?))",
           [name],
         );
         await holder.release();

@@ -4,6 +4,9 @@ import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
 // deadlock on their shared locks; ER_LOCK_WAIT_TIMEOUT: a claim waited on a long handler.
 const TRANSIENT = new Set([1213, 1205]);
 
+const LOCK_NAME =
+  "(SELECT IF(CHAR_LENGTH(n) <= 64, n, SHA1(n)) FROM (SELECT CONCAT(COALESCE(DATABASE(), ''), '.', ?) AS n) AS lock_name)";
+
 export const mysqlInboxDialect: InboxDialect = {
   name: 'mysql',
   serialTransactions: false,
@@ -43,9 +46,10 @@ export const mysqlInboxDialect: InboxDialect = {
     params: [Math.round(retentionMs * 1000), batchSize],
   }),
 
-  // GET_LOCK names are limited to 64 characters.
-  tryLock: (name) => ({ sql: 'SELECT GET_LOCK(?, 0) AS locked', params: [name.slice(0, 64)] }),
-  unlock: (name) => ({ sql: 'SELECT RELEASE_LOCK(?) AS unlocked', params: [name.slice(0, 64)] }),
+  // GET_LOCK names are server-wide and at most 64 characters: qualify them with the database
+  // (two apps with one prefix in different databases must not share a lock) and hash long ones.
+  tryLock: (name) => ({ sql: `SELECT GET_LOCK(${LOCK_NAME}, 0) AS locked`, params: [name] }),
+  unlock: (name) => ({ sql: `SELECT RELEASE_LOCK(${LOCK_NAME}) AS unlocked`, params: [name] }),
 
   isTransient: (error) => TRANSIENT.has(Number(driverErrorField(error, 'errno'))),
 };
