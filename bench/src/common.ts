@@ -1,0 +1,181 @@
+/* Shared helpers of the benchmark scenarios: connections, cleanup, timing, result output. */
+import 'reflect-metadata';
+import { rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { DataSource } from 'typeorm';
+
+/** Only local services (127.0.0.1); overridable for another local port. */
+export const PG = {
+  host: process.env.BENCH_PGHOST ?? '127.0.0.1',
+  port: Number(process.env.BENCH_PGPORT ?? 5432),
+  user: process.env.BENCH_PGUSER ?? 'postgres',
+  database: process.env.BENCH_PGDATABASE ?? 'test',
+};
+export const PG_URL = `postgres://${PG.user}@${PG.host}:${PG.port}/${PG.database}`;
+export const MARIA = {
+  host: process.env.BENCH_MYSQL_HOST ?? '127.0.0.1',
+  port: Number(process.env.BENCH_MYSQL_PORT ?? 3306),
+  user: 'root',
+  database: 'test',
+};
+export const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** Every name the benchmark creates starts with one of these, so cleanup never touches others. */
+export const TABLE_PREFIX = 'bench_ob_';
+export const BUSINESS_TABLE = 'bench_orders';
+export const HANDROLLED_TABLE = 'bench_handrolled_outbox';
+export const PGBOSS_SCHEMA = 'bench_pgboss';
+export const OUR_REDIS_PREFIX = 'bench-outbox';
+export const BULL_PREFIX = 'bench-bull';
+export const SQLITE_FILE = join(tmpdir(), `nestjs-outbox-bench-${process.pid}.sqlite`);
+
+export type SqlKind = 'postgres' | 'mariadb' | 'sqlite' | 'sqlite-wal';
+
+export async function openDataSource(kind: SqlKind): Promise<DataSource> {
+  const ds =
+    kind === 'postgres'
+      ? new DataSource({
+          type: 'postgres',
+          host: PG.host,
+          port: PG.port,
+          username: PG.user,
+          database: PG.database,
+          extra: { max: 10 },
+        })
+      : kind === 'mariadb'
+        ? new DataSource({
+            type: 'mariadb',
+            host: MARIA.host,
+            port: MARIA.port,
+            username: MARIA.user,
+            password: '',
+            database: MARIA.database,
+            extra: { connectionLimit: 10 },
+          })
+        : new DataSource({
+            type: 'better-sqlite3',
+            database: SQLITE_FILE,
+            // TypeORM's default is the rollback journal (an fsync'd commit per write statement).
+            enableWAL: kind === 'sqlite-wal',
+          });
+  return ds.initialize();
+}
+
+/** Drops the outbox tables of the benchmark prefix (the store recreates them at bootstrap). */
+export async function dropOutboxTables(ds: DataSource): Promise<void> {
+  for (const t of ['deliveries', 'events', 'schema_version', 'inbox']) {
+    await ds.query(`DROP TABLE IF EXISTS ${TABLE_PREFIX}${t}`);
+  }
+}
+
+export function removeSqliteFile(): void {
+  for (const suffix of ['', '-wal', '-shm', '-journal']) {
+    rmSync(`${SQLITE_FILE}${suffix}`, { force: true });
+  }
+}
+
+/** Deletes every Redis key under a prefix (SCAN, never KEYS/FLUSHDB: the server is shared). */
+export async function deleteRedisKeys(pattern: string): Promise<number> {
+  const Redis = require('ioredis');
+  const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 3 });
+  await client.connect();
+  let cursor = '0';
+  let deleted = 0;
+  try {
+    do {
+      const [next, keys]: [string, string[]] = await client.scan(
+        cursor,
+        'MATCH',
+        pattern,
+        'COUNT',
+        1000,
+      );
+      cursor = next;
+      if (keys.length > 0) deleted += await client.unlink(...keys);
+    } while (cursor !== '0');
+  } finally {
+    client.disconnect();
+  }
+  return deleted;
+}
+
+export function now(): number {
+  return performance.now();
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Resolves when `count()` reaches `target`, rejects after `timeoutMs`. */
+export function waitFor(
+  count: () => number,
+  target: number,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const tick = () => {
+      if (count() >= target) return resolve();
+      if (Date.now() - started > timeoutMs) {
+        return reject(new Error(`${what}: ${count()}/${target} after ${timeoutMs} ms`));
+      }
+      setTimeout(tick, 2);
+    };
+    tick();
+  });
+}
+
+export function quantile(values: number[], q: number): number {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const pos = (sorted.length - 1) * q;
+  const lo = Math.floor(pos);
+  const hi = Math.ceil(pos);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
+}
+
+export function median(values: number[]): number {
+  return quantile(values, 0.5);
+}
+
+/** The line the orchestrator reads from a variant's stdout. */
+export const RESULT_MARK = 'BENCH_RESULT ';
+
+export function emit(result: Record<string, unknown>): void {
+  process.stdout.write(`${RESULT_MARK}${JSON.stringify(result)}\n`);
+}
+
+/** `node ... scenario.ts <variant> [round]` */
+export function args(): { variant: string; round: number } {
+  const variant = process.argv[2];
+  if (!variant) throw new Error('usage: <scenario>.ts <variant> [round]');
+  return { variant, round: Number(process.argv[3] ?? 1) };
+}
+
+/** Runs a variant's main and exits with its status (open handles must not keep it alive). */
+export function runMain(main: () => Promise<void>): void {
+  const hardLimit = setTimeout(
+    () => {
+      console.error('variant exceeded its hard time limit');
+      process.exit(3);
+    },
+    Number(process.env.BENCH_VARIANT_TIMEOUT_MS ?? 150_000),
+  );
+  hardLimit.unref();
+  main().then(
+    () => process.exit(0),
+    (error) => {
+      console.error(error);
+      process.exit(1);
+    },
+  );
+}
+
+export function envInt(name: string, fallback: number): number {
+  const v = process.env[name];
+  return v === undefined || v === '' ? fallback : Number(v);
+}

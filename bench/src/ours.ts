@@ -1,0 +1,77 @@
+/* nestjs-outbox through its real NestJS path: OutboxModule.forRoot + @OutboxHandler + ScheduleModule. */
+import { DynamicModule, Injectable, INestApplicationContext, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { ScheduleModule } from '@nestjs/schedule';
+import type { DataSource } from 'typeorm';
+import { OUR_REDIS_PREFIX, REDIS_URL, TABLE_PREFIX } from './common';
+import { lib, OutboxDispatcherOptions, OutboxEvent } from './lib';
+
+const { OutboxDispatcher, OutboxHandler, OutboxModule, OutboxService } = lib;
+
+export const EVENT_TYPE = 'order.placed';
+
+/** What the handler does; set by the scenario before the dispatcher starts. */
+export const sink: { onEvent: (event: OutboxEvent) => void } = { onEvent: () => undefined };
+
+@Injectable()
+export class BenchHandler {
+  @OutboxHandler(EVENT_TYPE, { name: 'bench.noop' })
+  async handle(event: OutboxEvent): Promise<void> {
+    sink.onEvent(event);
+  }
+}
+
+@Module({})
+class BenchAppModule {
+  static forRoot(store: unknown, dispatcher: OutboxDispatcherOptions): DynamicModule {
+    return {
+      module: BenchAppModule,
+      imports: [
+        ScheduleModule.forRoot(),
+        OutboxModule.forRoot({
+          store: store as never,
+          dispatcher,
+          // Cleanup would run once a minute; keep it out of the measurements.
+          retention: { cleanupIntervalMs: 0 },
+        }),
+      ],
+      providers: [BenchHandler],
+    };
+  }
+}
+
+export type OurStore =
+  { kind: 'typeorm'; dataSource: DataSource } | { kind: 'redis'; prefix?: string };
+
+export interface OurApp {
+  app: INestApplicationContext;
+  outbox: InstanceType<typeof OutboxService>;
+  dispatcher: InstanceType<typeof OutboxDispatcher>;
+  close(): Promise<void>;
+}
+
+export async function createOurApp(
+  store: OurStore,
+  dispatcher: OutboxDispatcherOptions,
+): Promise<OurApp> {
+  const storeOptions =
+    store.kind === 'typeorm'
+      ? {
+          type: 'typeorm',
+          dataSource: store.dataSource,
+          tablePrefix: TABLE_PREFIX,
+          ensureSchema: true,
+        }
+      : { type: 'redis', url: REDIS_URL, prefix: store.prefix ?? OUR_REDIS_PREFIX };
+  const app = await NestFactory.createApplicationContext(
+    BenchAppModule.forRoot(storeOptions, dispatcher),
+    { logger: ['error', 'warn'] },
+  );
+  await app.init();
+  return {
+    app,
+    outbox: app.get(OutboxService),
+    dispatcher: app.get(OutboxDispatcher),
+    close: () => app.close(),
+  };
+}

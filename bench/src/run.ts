@@ -1,0 +1,208 @@
+/*
+ * Orchestrator: runs every variant of the chosen scenarios in its own child process, interleaved
+ * (round 1: a b c …, round 2: b c … a, …), then prints medians and paired ratios (each ratio is
+ * taken within one round, where both runs saw the same machine load, then the median of those).
+ *
+ *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3]
+ *   BENCH_ROUNDS=3 (default); BENCH_S2_VARIANTS=ours-sqlite,pgboss (etc.) picks variants
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { envInt, median, RESULT_MARK } from './common';
+
+type Row = Record<string, any>;
+
+interface Scenario {
+  id: string;
+  file: string;
+  title: string;
+  variants: string[];
+  /** [ours, baseline] pairs reported as ratios. */
+  pairs: Array<[string, string]>;
+  metrics: Array<{ key: string; label: string; higherIsBetter: boolean }>;
+}
+
+const SCENARIOS: Scenario[] = [
+  {
+    id: 's1',
+    file: 's1-append.ts',
+    title: 'S1 — append in one business transaction, PostgreSQL, N=5000 (events/s)',
+    variants: ['ours', 'handrolled', 'ours-batch', 'pgboss-tx', 'pgboss'],
+    pairs: [
+      ['ours', 'handrolled'],
+      ['ours', 'pgboss-tx'],
+      ['ours', 'pgboss'],
+      ['ours-batch', 'handrolled'],
+    ],
+    metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
+  },
+  {
+    id: 's2',
+    file: 's2-delivery.ts',
+    title:
+      'S2 — delivery of a 5000-event backlog, one worker, concurrency 10, no-op handler (events/s)',
+    variants: [
+      'ours-postgres',
+      'pgboss',
+      'ours-redis',
+      'bullmq',
+      'ours-mariadb',
+      'ours-sqlite-wal',
+      // 'ours-sqlite' (TypeORM's default rollback journal) is fsync-bound at ~100–250 events/s,
+      // i.e. 20–60 s per run: add it with BENCH_S2_VARIANTS when wanted (see RESULTS.md).
+    ],
+    pairs: [
+      ['ours-postgres', 'pgboss'],
+      ['ours-mariadb', 'pgboss'],
+      ['ours-sqlite', 'pgboss'],
+      ['ours-sqlite-wal', 'pgboss'],
+      ['ours-redis', 'bullmq'],
+      ['ours-postgres', 'bullmq'],
+    ],
+    metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
+  },
+  {
+    id: 's3',
+    file: 's3-latency.ts',
+    title: 'S3 — latency committed append → handler start, 50 events/s for 10 s (ms)',
+    variants: ['ours-pg-100', 'pgboss', 'ours-pg-20', 'bullmq'],
+    pairs: [
+      ['ours-pg-100', 'pgboss'],
+      ['ours-pg-20', 'pgboss'],
+      ['ours-pg-100', 'bullmq'],
+      ['ours-pg-20', 'bullmq'],
+    ],
+    metrics: [
+      { key: 'p50', label: 'p50 ms', higherIsBetter: false },
+      { key: 'p99', label: 'p99 ms', higherIsBetter: false },
+    ],
+  },
+];
+
+const ROUNDS = envInt('BENCH_ROUNDS', 3);
+const fmt = (v: number, digits = 0) =>
+  Number.isFinite(v) ? v.toLocaleString('en-US', { maximumFractionDigits: digits }) : 'n/a';
+
+function runVariant(s: Scenario, variant: string, round: number): Row | null {
+  const started = Date.now();
+  const child = spawnSync(
+    process.execPath,
+    [...process.execArgv, join(__dirname, s.file), variant, String(round)],
+    {
+      cwd: join(__dirname, '..'),
+      env: process.env,
+      encoding: 'utf8',
+      timeout: 180_000,
+      maxBuffer: 64 * 1024 * 1024,
+    },
+  );
+  const line = (child.stdout ?? '').split('\n').find((l) => l.startsWith(RESULT_MARK));
+  const secs = ((Date.now() - started) / 1000).toFixed(1);
+  if (child.status !== 0 || !line) {
+    console.log(`  ${s.id} round ${round} ${variant}: FAILED (exit ${child.status}, ${secs} s)`);
+    console.log((child.stderr ?? '').split('\n').slice(-15).join('\n'));
+    return null;
+  }
+  const row = JSON.parse(line.slice(RESULT_MARK.length)) as Row;
+  const shown = s.metrics.map((m) => `${m.label} ${fmt(row[m.key], 1)}`).join(', ');
+  console.log(`  ${s.id} round ${round} ${variant.padEnd(16)} ${shown}   (${secs} s)`);
+  return row;
+}
+
+function markdown(s: Scenario, rows: Row[]): string {
+  const by = (v: string) => rows.filter((r) => r.variant === v);
+  const out: string[] = [`### ${s.title}`, ''];
+  const metricCols = s.metrics.map((m) => `median ${m.label}`);
+  out.push(`| variant | runs | ${metricCols.join(' | ')} | per round |`);
+  out.push(`|---|---|${metricCols.map(() => '---:').join('|')}|---|`);
+  for (const v of s.variants) {
+    const rs = by(v);
+    const meds = s.metrics.map((m) => fmt(median(rs.map((r) => r[m.key])), 1));
+    const per = rs
+      .map((r) => s.metrics.map((m) => fmt(r[m.key], m.key.startsWith('p') ? 1 : 0)).join('/'))
+      .join(', ');
+    out.push(`| ${v} | ${rs.length} | ${meds.join(' | ')} | ${per} |`);
+  }
+  out.push('');
+  out.push(
+    `| ours vs baseline | ${s.metrics.map((m) => `ratio ${m.label} (median of per-round ratios)`).join(' | ')} |`,
+  );
+  out.push(`|---|${s.metrics.map(() => '---:').join('|')}|`);
+  for (const [a, b] of s.pairs) {
+    if (!s.variants.includes(a) || !s.variants.includes(b)) continue;
+    const cells = s.metrics.map((m) => {
+      const ratios: number[] = [];
+      for (let round = 1; round <= ROUNDS; round++) {
+        const ra = rows.find((r) => r.variant === a && r.round === round);
+        const rb = rows.find((r) => r.variant === b && r.round === round);
+        if (ra && rb) ratios.push(ra[m.key] / rb[m.key]);
+      }
+      const r = median(ratios);
+      const better = m.higherIsBetter ? r >= 1 : r <= 1;
+      return `${fmt(r, 2)}× (${better ? 'ours better' : 'ours worse'}; ${ratios.map((x) => x.toFixed(2)).join(', ')})`;
+    });
+    out.push(`| ${a} / ${b} | ${cells.join(' | ')} |`);
+  }
+  const settings = new Map<string, unknown>();
+  for (const r of rows) if (r.settings) settings.set(r.variant, r.settings);
+  if (settings.size > 0) {
+    out.push('', 'Settings:', '');
+    for (const [v, st] of settings) out.push(`- \`${v}\`: \`${JSON.stringify(st)}\``);
+  }
+  out.push('');
+  return out.join('\n');
+}
+
+function main(): void {
+  const wanted = process.argv.slice(2);
+  const chosen = wanted.length ? SCENARIOS.filter((s) => wanted.includes(s.id)) : SCENARIOS;
+  const t0 = Date.now();
+  const machine = `${cpus().length} × ${cpus()[0]?.model ?? '?'}, ${Math.round(totalmem() / 2 ** 30)} GiB, node ${process.version}`;
+  const loadBefore = loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
+  console.log(`machine: ${machine}; load average before: ${loadBefore}; rounds: ${ROUNDS}`);
+  const sections: string[] = [];
+  const all: Row[] = [];
+  for (const s of chosen) {
+    const override = process.env[`BENCH_${s.id.toUpperCase()}_VARIANTS`];
+    if (override) s.variants = override.split(',').map((v) => v.trim());
+    console.log(`\n${s.title}`);
+    const rows: Row[] = [];
+    for (let round = 1; round <= ROUNDS; round++) {
+      const k = (round - 1) % s.variants.length;
+      const order = [...s.variants.slice(k), ...s.variants.slice(0, k)];
+      for (const v of order) {
+        const row = runVariant(s, v, round);
+        if (row) rows.push(row);
+      }
+    }
+    all.push(...rows);
+    sections.push(markdown(s, rows));
+  }
+  const loadAfter = loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
+  const total = ((Date.now() - t0) / 1000).toFixed(0);
+  const header = [
+    `Run at ${new Date().toISOString()} — ${machine}.`,
+    `Load average before: ${loadBefore}; after: ${loadAfter}. Rounds: ${ROUNDS}, interleaved. Total ${total} s.`,
+    '',
+  ].join('\n');
+  const report = `${header}\n${sections.join('\n')}`;
+  console.log(`\n${report}`);
+  const dir = join(__dirname, '..', 'results');
+  mkdirSync(dir, { recursive: true });
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  writeFileSync(
+    join(dir, `run-${stamp}.jsonl`),
+    all.map((r) => JSON.stringify({ machine, ...r })).join('\n') + '\n',
+  );
+  writeFileSync(join(dir, `run-${stamp}.md`), report);
+  writeFileSync(join(dir, 'latest.md'), report);
+  console.log(`written: results/run-${stamp}.md and results/latest.md`);
+}
+
+main();
