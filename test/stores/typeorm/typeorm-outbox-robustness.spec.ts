@@ -117,6 +117,8 @@ async function deliveredEvent(h: Awaited<ReturnType<typeof storeFor>>): Promise<
   ]);
   const [c] = await h.store.claim({ workerId: 'w', handlers: [H], limit: 1, leaseMs: 30_000 });
   await h.store.ack(c.lease);
+  // Retention 0 removes what was delivered strictly before now: let the database clock move on.
+  await new Promise((r) => setTimeout(r, 5));
 }
 
 const cleanupNow = { deliveredRetentionMs: 0, deadLetterRetentionMs: null, batchSize: 100 };
