@@ -428,7 +428,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private describeError(failure: unknown, attempt: number): DeliveryErrorInput {
     const max = this.options.limits.errorMaxLength;
     // NUL cannot be stored in PostgreSQL text; an error that could not be recorded is worse.
-    const clean = (text: unknown) => String(text ?? '').replace(/\u0000/g, '');
+    const clean = (text: unknown) => String(text ?? '').replaceAll('\u0000', '');
     const name = clean(failure instanceof Error ? failure.name : typeof failure) || 'Error';
     const message = clean(failure instanceof Error ? failure.message : safeString(failure));
     return {
