@@ -17,6 +17,8 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
     TypeOrmModule.forRoot({
       type: 'better-sqlite3',
       database: SAMPLE_DATABASE,
+      // WAL: without it every outbox claim and ack syncs the whole journal to disk.
+      enableWAL: SAMPLE_DATABASE !== ':memory:',
       entities: [Player],
       synchronize: true,
     }),
