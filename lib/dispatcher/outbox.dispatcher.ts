@@ -38,6 +38,9 @@ export class OutboxShutdownError extends OutboxError {
   }
 }
 
+/** Claims one worker may have in flight at once (see `poll`). */
+const MAX_CLAIMS_IN_FLIGHT = 2;
+
 interface InFlight {
   promise: Promise<void>;
   abort: AbortController;
@@ -55,7 +58,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private scheduler: SchedulerRegistry | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
   private cleanupTimer: NodeJS.Timeout | null = null;
-  private polling: Promise<void> | null = null;
+  private readonly polls = new Set<Promise<void>>();
+  /** Handler slots promised to claims in flight. */
+  private reserved = 0;
   private cleaning = false;
   private running = false;
   private stopping = false;
@@ -142,7 +147,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     // One deadline for both: a claim stuck on a dead connection must not hang shutdown either.
     const deadline = Date.now() + this.config.shutdownTimeoutMs;
     const settled =
-      (await settleWithin(this.polling ?? Promise.resolve(), deadline)) &&
+      (await settleWithin(Promise.all(this.polls), deadline)) &&
       (await settleWithin(
         Promise.allSettled([...this.inFlight.values()].map((f) => f.promise)),
         deadline,
@@ -180,11 +185,15 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
    * Works whether or not the dispatcher is started; meant for your own tests.
    */
   async drain(options: { maxRounds?: number } = {}): Promise<void> {
-    const maxRounds = options.maxRounds ?? 10_000;
+    const maxRounds = options.maxRounds ?? 1_000_000;
     for (let round = 0; round < maxRounds; round++) {
-      const claimed = await this.claimOnce();
-      await Promise.allSettled([...this.inFlight.values()].map((f) => f.promise));
-      if (claimed === 0 && this.inFlight.size === 0) return;
+      const free = this.config.concurrency - this.inFlight.size - this.reserved;
+      const claimed = free > 0 ? await this.claimOnce(Math.min(this.config.batchSize, free)) : 0;
+      if (claimed > 0) continue;
+      const busy = [...this.inFlight.values()].map((f) => f.promise);
+      if (busy.length === 0 && this.polls.size === 0) return;
+      // Something still runs (ours or the poll loop's): wait for one to end, then look again.
+      await Promise.race([...busy, ...this.polls]);
     }
   }
 
@@ -203,20 +212,30 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
   }
 
-  /** One poll: keeps claiming while batches come back full and there is capacity. */
+  /**
+   * Starts a claim for the free handler slots. Up to two claims may be in flight, so slots that
+   * free up while one claim waits on the store are refilled without waiting for it; slots are
+   * reserved while a claim runs, so the dispatcher never holds more than `concurrency`.
+   */
   private poll(): void {
-    if (!this.running || this.stopping || this.paused || this.polling) return;
-    if (Date.now() < this.backoffUntil) return;
-    this.polling = (async () => {
-      while (this.running && !this.paused) {
-        const limit = Math.min(this.config.batchSize, this.config.concurrency - this.inFlight.size);
-        if (limit <= 0) return;
-        const claimed = await this.claimOnce(limit);
-        if (claimed < limit) return;
-      }
-    })().finally(() => {
-      this.polling = null;
-    });
+    if (!this.running || this.stopping || this.paused) return;
+    if (Date.now() < this.backoffUntil || this.polls.size >= MAX_CLAIMS_IN_FLIGHT) return;
+    const free = this.config.concurrency - this.inFlight.size - this.reserved;
+    const limit = Math.min(this.config.batchSize, free);
+    // A second claim only for a worthwhile share of the slots, not one at a time.
+    if (limit <= 0 || (this.polls.size > 0 && limit < Math.ceil(this.config.concurrency / 4)))
+      return;
+    this.reserved += limit;
+    const poll: Promise<void> = this.claimOnce(limit)
+      .then((claimed) => {
+        // A full batch means more is waiting: claim again at once, not on the next tick.
+        if (claimed >= limit) setImmediate(() => this.poll());
+      })
+      .finally(() => {
+        this.reserved -= limit;
+        this.polls.delete(poll);
+      });
+    this.polls.add(poll);
   }
 
   /** Claims up to `limit` deliveries and launches them; returns how many it claimed. */

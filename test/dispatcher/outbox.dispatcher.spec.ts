@@ -566,4 +566,50 @@ describe('OutboxDispatcher', () => {
     const { items } = await t.store.listDeadLetters({ limit: 10 });
     expect(items[0].errors[0].message).toBe('badbyte');
   });
+
+  it('overlaps claims while a slow store answers, never running more than `concurrency`', async () => {
+    const store = new MemoryOutboxStore();
+    const realClaim = store.claim.bind(store);
+    let claimsInFlight = 0;
+    let peakClaims = 0;
+    jest.spyOn(store, 'claim').mockImplementation(async (req) => {
+      claimsInFlight++;
+      peakClaims = Math.max(peakClaims, claimsInFlight);
+      await new Promise((r) => setTimeout(r, 30)); // a slow round trip
+      try {
+        return await realClaim(req);
+      } finally {
+        claimsInFlight--;
+      }
+    });
+    let running = 0;
+    let peak = 0;
+    let done = 0;
+    @Injectable()
+    class Varied {
+      @OutboxHandler('varied')
+      async handle(event: OutboxEvent<{ i: number }>) {
+        running++;
+        peak = Math.max(peak, running);
+        await new Promise((r) => setTimeout(r, 5 + (event.payload.i % 7) * 10));
+        running--;
+        done++;
+      }
+    }
+    t = await createOutboxApp([Varied], {
+      store,
+      dispatcher: { concurrency: 4, batchSize: 4, pollInterval: 60_000 },
+    });
+    await t.outbox.append(
+      Array.from({ length: 60 }, (_, i) => ({ type: 'varied', payload: { i } })),
+    );
+    await tick(60_000);
+    for (let i = 0; i < 200 && done < 60; i++) await tick(20);
+    expect(done).toBe(60);
+    expect(peak).toBeLessThanOrEqual(4);
+    expect(peakClaims).toBe(2);
+    // Let the last (fake-timed) claims answer before the app closes.
+    t.dispatcher.pause();
+    await tick(100);
+  });
 });
