@@ -162,6 +162,12 @@ export interface OutboxStore {
   claim(request: ClaimRequest): Promise<ClaimedDelivery[]>;
   renew(lease: Lease, leaseMs: number): Promise<Lease>;
   ack(lease: Lease): Promise<void>;
+  /**
+   * Optional batched `ack`: acknowledges every delivery whose lease is still owned and live, in
+   * one round trip, and returns the ids it acknowledged; the others lost their lease (fenced out,
+   * unchanged). The dispatcher coalesces acks through it when a store has it.
+   */
+  ackMany?(leases: Lease[]): Promise<string[]>;
   retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void>;
   deadLetter(lease: Lease, reason: DeadLetterReason, error: DeliveryErrorInput): Promise<void>;
   /** Give a claimed but unstarted delivery back; the attempt does not count. */

@@ -18,6 +18,7 @@ import {
   StoreAppendOptions,
 } from '../interfaces/outbox-store.interface';
 import { OutboxEvent } from '../interfaces/outbox-event.interface';
+import { LeaseLostError } from '../errors/lease-lost.error';
 
 /**
  * A store built once the application's providers exist. Stores that live on an app provider
@@ -50,6 +51,20 @@ export class DeferredOutboxStore implements OutboxStore {
   }
   async ack(lease: Lease): Promise<void> {
     return (await this.open()).ack(lease);
+  }
+  async ackMany(leases: Lease[]): Promise<string[]> {
+    const store = await this.open();
+    if (store.ackMany) return store.ackMany(leases);
+    const acked: string[] = [];
+    for (const lease of leases) {
+      try {
+        await store.ack(lease);
+        acked.push(lease.deliveryId);
+      } catch (error) {
+        if (!(error instanceof LeaseLostError)) throw error;
+      }
+    }
+    return acked;
   }
   async retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {
     return (await this.open()).retry(lease, delayMs, error);

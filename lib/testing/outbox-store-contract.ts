@@ -252,6 +252,39 @@ export function describeOutboxStoreContract(
         await store.ack(fresh.lease);
       });
 
+      it('acknowledges a batch with ackMany, fencing each lease on its own (when implemented)', async () => {
+        if (!store.ackMany) return;
+        await store.append(
+          [1, 2, 3, 4].map((n) => event({ payload: { n }, handlers: ['A.handle'] })),
+        );
+        const claimed = await claim([A], 10, 'w1');
+        expect(claimed).toHaveLength(4);
+        const [a, b, c, d] = claimed;
+        await store.ack(d.lease);
+        const acked = await store.ackMany([
+          a.lease,
+          { ...b.lease, token: randomUUID() },
+          c.lease,
+          d.lease,
+        ]);
+        expect(acked.sort()).toEqual([a.id, c.id].sort());
+        expect(await store.ackMany([])).toEqual([]);
+        // b was fenced out and is unchanged: still leased by w1, acked with its real lease.
+        expect(await claim([A], 10, 'w2')).toHaveLength(0);
+        await store.ack(b.lease);
+        expect(await store.stats()).toMatchObject({ pending: 0, leased: 0 });
+      });
+
+      it('refuses ackMany on an expired lease that another worker took', async () => {
+        if (!store.ackMany) return;
+        await store.append([event({ handlers: ['A.handle'] })]);
+        const [old] = await claim([A], 10, 'w-old');
+        await advance(leaseMs + 50);
+        const [fresh] = await claim([A], 10, 'w-new');
+        expect(await store.ackMany([old.lease])).toEqual([]);
+        expect(await store.ackMany([fresh.lease])).toEqual([fresh.id]);
+      });
+
       it('keeps a renewed lease past its first expiry', async () => {
         await store.append([event({ handlers: ['A.handle'] })]);
         const [c] = await claim([A], 10, 'w1');

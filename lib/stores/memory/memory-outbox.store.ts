@@ -213,6 +213,19 @@ export class MemoryOutboxStore implements OutboxStore {
     this.settle(d, 'delivered');
   }
 
+  async ackMany(leases: Lease[]): Promise<string[]> {
+    const acked: string[] = [];
+    for (const lease of leases) {
+      try {
+        this.settle(this.owned(lease), 'delivered');
+        acked.push(lease.deliveryId);
+      } catch (error) {
+        if (!(error instanceof LeaseLostError)) throw error;
+      }
+    }
+    return acked;
+  }
+
   async retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {
     const d = this.owned(lease);
     this.recordError(d, error);
