@@ -59,6 +59,11 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private pollTimer: NodeJS.Timeout | null = null;
   private cleanupTimer: NodeJS.Timeout | null = null;
   private readonly polls = new Set<Promise<void>>();
+  private readonly pendingAcks: Array<{
+    lease: Lease;
+    resolve: () => void;
+    reject: (error: unknown) => void;
+  }> = [];
   /** Handler slots promised to claims in flight. */
   private reserved = 0;
   private cleaning = false;
@@ -389,7 +394,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   ): Promise<void> {
     try {
       if (!failed) {
-        await this.store.ack(lease);
+        await this.ack(lease);
         this.counters.succeeded++;
         return;
       }
@@ -432,6 +437,32 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       } else {
         this.storeFailed(failed ? 'retry' : 'ack', error);
       }
+    }
+  }
+
+  /**
+   * Acks through `store.ackMany` when the store has it, coalescing the acks of handlers that
+   * finish in the same turn of the event loop into one round trip (one commit instead of many).
+   */
+  private ack(lease: Lease): Promise<void> {
+    if (!this.store.ackMany) return this.store.ack(lease);
+    return new Promise<void>((resolve, reject) => {
+      this.pendingAcks.push({ lease, resolve, reject });
+      if (this.pendingAcks.length === 1) setImmediate(() => void this.flushAcks());
+    });
+  }
+
+  private async flushAcks(): Promise<void> {
+    const batch = this.pendingAcks.splice(0);
+    if (batch.length === 0) return;
+    try {
+      const acked = new Set(await this.store.ackMany!(batch.map((a) => a.lease)));
+      for (const a of batch) {
+        if (acked.has(a.lease.deliveryId)) a.resolve();
+        else a.reject(new LeaseLostError(a.lease.deliveryId, a.lease.owner));
+      }
+    } catch (error) {
+      for (const a of batch) a.reject(error);
     }
   }
 

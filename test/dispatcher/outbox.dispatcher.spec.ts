@@ -11,7 +11,11 @@ import {
 } from 'nestjs-outbox';
 import { createOutboxApp, deferred, TestApp } from '../support/outbox-app';
 
-const tick = (ms: number) => jest.advanceTimersByTimeAsync(ms);
+/** Advances fake time, then lets real `setImmediate` work (coalesced acks) run. */
+const tick = async (ms: number) => {
+  await jest.advanceTimersByTimeAsync(ms);
+  for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+};
 
 describe('OutboxDispatcher', () => {
   let t: TestApp | undefined;
@@ -277,7 +281,7 @@ describe('OutboxDispatcher', () => {
     const renew = jest.spyOn(store, 'renew').mockImplementation(async (lease) => {
       throw new LeaseLostError(lease.deliveryId, lease.owner);
     });
-    const ack = jest.spyOn(store, 'ack');
+    const ack = jest.spyOn(store, 'ackMany');
     t = await createOutboxApp([Victim], { store, dispatcher: { leaseMs: 900 } });
     await t.outbox.append({ type: 'victim', payload: {} });
     await tick(450);
@@ -481,14 +485,14 @@ describe('OutboxDispatcher', () => {
       }
     }
     // The first outcome is lost (as when a worker dies between the effect and its ack).
-    const realAck = store.ack.bind(store);
+    const realAckMany = store.ackMany.bind(store);
     let lose = true;
-    jest.spyOn(store, 'ack').mockImplementation(async (lease) => {
+    jest.spyOn(store, 'ackMany').mockImplementation(async (leases) => {
       if (lose) {
         lose = false;
-        throw new LeaseLostError(lease.deliveryId, lease.owner);
+        return [];
       }
-      return realAck(lease);
+      return realAckMany(leases);
     });
     t = await createOutboxApp([Mailer], { store, dispatcher: { leaseMs: 1_000 } });
     const event = await t.outbox.append({ type: 'receipt', payload: {} });
@@ -611,5 +615,46 @@ describe('OutboxDispatcher', () => {
     // Let the last (fake-timed) claims answer before the app closes.
     t.dispatcher.pause();
     await tick(100);
+  });
+
+  it('coalesces the acks of handlers finishing together into one ackMany call', async () => {
+    const store = new MemoryOutboxStore();
+    const ackMany = jest.spyOn(store, 'ackMany');
+    const ack = jest.spyOn(store, 'ack');
+    @Injectable()
+    class Quick {
+      @OutboxHandler('coalesce')
+      handle() {}
+    }
+    t = await createOutboxApp([Quick], { store, dispatcher: { concurrency: 5, batchSize: 5 } });
+    await t.outbox.append(
+      Array.from({ length: 5 }, (_, i) => ({ type: 'coalesce', payload: { i } })),
+    );
+    await tick(150);
+    expect(t.dispatcher.stats().succeeded).toBe(5);
+    expect(ackMany).toHaveBeenCalledTimes(1);
+    expect(ackMany.mock.calls[0][0]).toHaveLength(5);
+    expect(ack).not.toHaveBeenCalled();
+  });
+
+  it('acks one by one with a store that has no ackMany', async () => {
+    const store = new MemoryOutboxStore();
+    Object.defineProperty(store, 'ackMany', { value: undefined });
+    let handled = 0;
+    @Injectable()
+    class Plain {
+      @OutboxHandler('plain')
+      handle() {
+        handled++;
+      }
+    }
+    t = await createOutboxApp([Plain], { store });
+    await t.outbox.append([
+      { type: 'plain', payload: {} },
+      { type: 'plain', payload: {} },
+    ]);
+    await tick(150);
+    expect(handled).toBe(2);
+    expect(await store.stats()).toMatchObject({ pending: 0, leased: 0 });
   });
 });
