@@ -55,17 +55,16 @@ export class DeferredOutboxStore implements OutboxStore {
   async ackMany(leases: Lease[]): Promise<string[]> {
     const store = await this.open();
     if (store.ackMany) return store.ackMany(leases);
-    const acked: string[] = [];
-    for (const lease of leases) {
-      try {
-        await store.ack(lease);
-        acked.push(lease.deliveryId);
-      } catch (error) {
-        if (!(error instanceof LeaseLostError)) throw error;
-      }
-    }
-    return acked;
+    // A store without a batched ack: the acks run side by side, as they would without batching.
+    const outcomes = await Promise.allSettled(leases.map((lease) => store.ack(lease)));
+    const failure = outcomes.find(
+      (o): o is PromiseRejectedResult =>
+        o.status === 'rejected' && !(o.reason instanceof LeaseLostError),
+    );
+    if (failure) throw failure.reason;
+    return leases.filter((_, i) => outcomes[i].status === 'fulfilled').map((l) => l.deliveryId);
   }
+
   async retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {
     return (await this.open()).retry(lease, delayMs, error);
   }
