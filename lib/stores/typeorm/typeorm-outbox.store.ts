@@ -59,6 +59,14 @@ const EXPAND_PROBE_QUIET_MS = 1_000;
 /** Delivery rows per INSERT; keeps every dialect under its bound-parameter limit. */
 const DELIVERY_ROWS_PER_INSERT = 2000;
 const EVENTS_PER_INSERT = 1000;
+/**
+ * Leases per `ackMany` statement: 4 bound parameters each (plus one), far below every dialect's
+ * limit (SQLite 32,766, PostgreSQL 65,535) and a statement each database plans quickly.
+ */
+const ACK_MANY_CHUNK = 500;
+
+/** What `ack` sets on a delivery (besides clearing the lease): shared with `ackMany`. */
+const ACKED = (d: SqlDialect): SqlText => sql`status = 'delivered', done_at = ${d.now}`;
 
 /**
  * Outbox store over a TypeORM `DataSource` on PostgreSQL, MySQL/MariaDB or SQLite. Appends can
@@ -390,7 +398,67 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
   }
 
   ack(lease: Lease): Promise<void> {
-    return this.settle(lease, sql`status = 'delivered', done_at = ${this.dialect.now}`);
+    return this.settle(lease, ACKED(this.dialect));
+  }
+
+  /**
+   * `ack` for many leases in one round trip (one commit): the same fenced UPDATE as `ack`, over a
+   * chunk of leases at a time, and only the rows whose lease still matches and is live change.
+   * PostgreSQL and SQLite learn which through `RETURNING`; MySQL/MariaDB has none, so it locks
+   * the owned-and-live rows first (`SELECT … FOR UPDATE`, by primary key) and updates exactly
+   * those: nobody can claim a locked row, so its lease is still ours when the UPDATE runs.
+   */
+  async ackMany(leases: Lease[]): Promise<string[]> {
+    // A lease that is not a UUID cannot own a row (and PostgreSQL would reject it as a uuid).
+    const valid = leases.filter((l) => isUuid(l.deliveryId));
+    if (valid.length === 0) return [];
+    // Primary-key order: concurrent batches lock rows in one order.
+    valid.sort((a, b) => (a.deliveryId < b.deliveryId ? -1 : a.deliveryId > b.deliveryId ? 1 : 0));
+    const chunks: Lease[][] = [];
+    for (let i = 0; i < valid.length; i += ACK_MANY_CHUNK)
+      chunks.push(valid.slice(i, i + ACK_MANY_CHUNK));
+    const d = this.dialect;
+    const { D } = this;
+    const set = sql`${ACKED(d)}, lease_owner = NULL, lease_token = NULL, lease_until = NULL`;
+    const rows = await d.run(
+      function* (): Plan<Row[]> {
+        const acked: Row[] = [];
+        for (const chunk of chunks) {
+          const ids = list([...new Set(chunk.map((l) => l.deliveryId))]);
+          const owned = join(
+            chunk.map(
+              (l) =>
+                sql`(id = ${l.deliveryId} AND lease_owner = ${l.owner} AND lease_token = ${l.token})`,
+            ),
+            ' OR ',
+          );
+          const where = sql`id IN (${ids}) AND status = 'leased' AND lease_until > ${d.now} AND (${owned})`;
+          if (d.updateReturning) {
+            acked.push(
+              ...(yield sql`UPDATE ${D} ${d.byId} SET ${set} WHERE ${where} RETURNING id`).rows,
+            );
+            continue;
+          }
+          const { rows: live } = yield sql`SELECT id FROM ${D} ${d.byId} WHERE ${where} FOR UPDATE`;
+          if (live.length === 0) continue;
+          yield sql`UPDATE ${D} ${d.byId} SET ${set} WHERE id IN (${list(live.map((r) => r.id))})`;
+          acked.push(...live);
+        }
+        return acked;
+      },
+      d.updateReturning && chunks.length === 1
+        ? {}
+        : // READ COMMITTED: the locking read takes no gap locks for ids that are gone.
+          { transaction: true, isolation: 'READ COMMITTED', deadlockRetries: 3 },
+    );
+    // Report each acknowledged delivery under the id its caller gave.
+    const given = new Map(valid.map((l) => [l.deliveryId.toLowerCase(), l.deliveryId]));
+    const out = new Set<string>();
+    for (const r of rows) {
+      const id = String(r.id).toLowerCase();
+      out.add(given.get(id) ?? id);
+    }
+    return [...out];
   }
 
   retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {

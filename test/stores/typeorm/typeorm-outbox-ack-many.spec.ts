@@ -1,0 +1,169 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
+import { DataSource } from 'typeorm';
+import {
+  AppendableEvent,
+  ClaimedDelivery,
+  HandlerSubscription,
+  Lease,
+} from '../../../lib/interfaces/outbox-store.interface';
+import { describeWithService } from '../../support/services';
+import {
+  openDataSource,
+  SERVICE_OF,
+  storeFor,
+  TestDialect,
+  uniquePrefix,
+} from './typeorm-test-helpers';
+
+const H: HandlerSubscription = { name: 'H', types: ['x'] };
+const cleanupNow = { deliveredRetentionMs: 0, deadLetterRetentionMs: null, batchSize: 5_000 };
+
+function event(n: number): AppendableEvent {
+  return {
+    id: randomUUID(),
+    type: 'x',
+    payload: { n },
+    key: null,
+    headers: {},
+    occurredAt: new Date(),
+    availableAt: null,
+    handlers: [H.name],
+  };
+}
+
+/** `ackMany` beyond the contract: chunking, mixed leases, and the exact row `ack` leaves. */
+function ackManyOn(dialect: TestDialect): void {
+  let ds: DataSource;
+  let h: Awaited<ReturnType<typeof storeFor>>;
+
+  beforeAll(async () => {
+    ds = await openDataSource(dialect);
+    h = await storeFor(ds, uniquePrefix(`am${dialect.slice(0, 2)}`));
+  });
+  afterAll(async () => {
+    await h?.drop();
+    await ds?.destroy();
+  });
+  beforeEach(() => h.empty());
+
+  async function appendAndClaim(
+    count: number,
+    workerId = 'w1',
+    leaseMs = 60_000,
+  ): Promise<ClaimedDelivery[]> {
+    const events = Array.from({ length: count }, (_, i) => event(i));
+    for (let i = 0; i < events.length; i += 500) await h.store.append(events.slice(i, i + 500));
+    const claimed: ClaimedDelivery[] = [];
+    while (claimed.length < count) {
+      const batch = await h.store.claim({ workerId, handlers: [H], limit: 500, leaseMs });
+      if (batch.length === 0) break;
+      claimed.push(...batch);
+    }
+    expect(claimed).toHaveLength(count);
+    return claimed;
+  }
+
+  /** The columns `ack` touches, per delivery id. */
+  async function rows(ids: string[]): Promise<Map<string, Record<string, unknown>>> {
+    const D = h.tables.deliveries.text;
+    const records = (await ds.query(
+      `SELECT id, status, attempts, lease_owner, lease_token, lease_until, done_at, reason, errors FROM ${D}`,
+    )) as Array<Record<string, unknown>>;
+    const wanted = new Set(ids);
+    return new Map(records.filter((r) => wanted.has(String(r.id))).map((r) => [String(r.id), r]));
+  }
+
+  it('acknowledges a batch of more than 1,000 leases (several statements), with forged ones mixed in', async () => {
+    const claimed = await appendAndClaim(1_203);
+    const forged: Lease[] = claimed
+      .filter((_, i) => i % 97 === 0)
+      .map((c) => ({ ...c.lease, token: randomUUID() }));
+    const keep = new Set(forged.map((l) => l.deliveryId));
+    const leases = [
+      ...forged,
+      ...claimed.filter((c) => !keep.has(c.id)).map((c) => c.lease),
+      // The same lease twice is acknowledged once.
+      ...claimed
+        .filter((c) => !keep.has(c.id))
+        .slice(0, 10)
+        .map((c) => c.lease),
+    ];
+    const acked = await h.store.ackMany!(leases);
+    expect(acked).toHaveLength(1_203 - keep.size);
+    expect(new Set(acked)).toEqual(
+      new Set(claimed.filter((c) => !keep.has(c.id)).map((c) => c.id)),
+    );
+    expect(await h.store.stats()).toMatchObject({ pending: 0, leased: keep.size });
+    // The fenced-out ones are untouched and still acknowledged with their real lease.
+    const rest = await h.store.ackMany!(claimed.filter((c) => keep.has(c.id)).map((c) => c.lease));
+    expect(rest.sort()).toEqual([...keep].sort());
+    expect(await h.store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
+  });
+
+  it('acknowledges only owned, live leases out of a mixed batch and leaves the others unchanged', async () => {
+    const [owned, wrongToken, wrongOwner, taken, lapsed, done] = await appendAndClaim(6, 'w1', 300);
+    await h.store.ack(done.lease);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    // `taken` expired and another worker holds it now; `lapsed` expired and nobody took it.
+    const [retaken] = await h.store.claim({
+      workerId: 'w2',
+      handlers: [H],
+      limit: 1,
+      leaseMs: 60_000,
+    });
+    expect(retaken.id).toBe(owned.id);
+    const fresh = await h.store.claim({ workerId: 'w2', handlers: [H], limit: 3, leaseMs: 60_000 });
+    expect(fresh.map((c) => c.id)).toEqual([wrongToken.id, wrongOwner.id, taken.id]);
+    const [newOwned, newWrongToken, newWrongOwner] = [retaken, fresh[0], fresh[1]];
+    const before = await rows([newWrongToken.id, newWrongOwner.id, taken.id, lapsed.id]);
+    const acked = await h.store.ackMany!([
+      newOwned.lease,
+      { ...newWrongToken.lease, token: randomUUID() },
+      { ...newWrongOwner.lease, owner: 'w3' },
+      taken.lease,
+      lapsed.lease,
+      done.lease,
+      { ...owned.lease, deliveryId: randomUUID() },
+      { ...owned.lease, deliveryId: 'not-a-uuid' },
+    ]);
+    expect(acked).toEqual([owned.id]);
+    expect(await rows([newWrongToken.id, newWrongOwner.id, taken.id, lapsed.id])).toEqual(before);
+    expect((await rows([lapsed.id])).get(lapsed.id)).toMatchObject({
+      status: 'leased',
+      lease_owner: 'w1',
+    });
+  });
+
+  it('leaves a delivery exactly as ack does, so cleanup removes its event alike', async () => {
+    const [one, two, open] = await appendAndClaim(3);
+    await h.store.ack(one.lease);
+    expect(await h.store.ackMany!([two.lease])).toEqual([two.id]);
+    const after = await rows([one.id, two.id]);
+    const shape = (r: Record<string, unknown> | undefined) => ({
+      ...r,
+      id: undefined,
+      done_at: r?.done_at === null || r?.done_at === undefined ? r?.done_at : 'set',
+    });
+    expect(after.get(two.id)).toMatchObject({
+      status: 'delivered',
+      lease_owner: null,
+      lease_token: null,
+      lease_until: null,
+    });
+    expect(shape(after.get(two.id))).toEqual(shape(after.get(one.id)));
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    // Both events go on the first cleanup; the one with an open delivery stays.
+    expect(await h.store.cleanup(cleanupNow)).toEqual({ events: 2, deadLetters: 0 });
+    expect(await rows([one.id, two.id])).toEqual(new Map());
+    expect(await h.store.cleanup(cleanupNow)).toEqual({ events: 0, deadLetters: 0 });
+    expect(await h.store.ackMany!([open.lease])).toEqual([open.id]);
+    // Retention counts from done_at: let the store clock move past it (SQLite is that fast).
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(await h.store.cleanup(cleanupNow)).toEqual({ events: 1, deadLetters: 0 });
+  });
+}
+
+describe('typeorm ackMany on sqlite', () => ackManyOn('sqlite'));
+describeWithService(SERVICE_OF.postgres, 'typeorm ackMany', () => ackManyOn('postgres'));
+describeWithService(SERVICE_OF.mariadb, 'typeorm ackMany', () => ackManyOn('mariadb'));
