@@ -57,6 +57,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private readonly inFlight = new Map<string, InFlight>();
   private scheduler: SchedulerRegistry | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
+  private unwatchAppends: (() => void) | null = null;
   private cleanupTimer: NodeJS.Timeout | null = null;
   private readonly polls = new Set<Promise<void>>();
   private readonly pendingAcks: Array<{
@@ -122,6 +123,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         new Set(handlers.flatMap((h) => h.types)).size,
       ),
     );
+    // Events committed by this process are claimed at once, not on the next tick.
+    this.unwatchAppends = this.store.onAppended?.(() => setImmediate(() => this.poll())) ?? null;
     this.pollTimer = setInterval(() => this.poll(), this.config.pollInterval);
     this.scheduler.addInterval(OUTBOX_DISPATCHER_INTERVAL, this.pollTimer);
     const { cleanupIntervalMs } = this.options.retention;
@@ -140,6 +143,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     if (!this.running) return;
     this.stopping = true;
     this.running = false;
+    this.unwatchAppends?.();
+    this.unwatchAppends = null;
     for (const [name, timer] of [
       [OUTBOX_DISPATCHER_INTERVAL, this.pollTimer],
       [OUTBOX_CLEANUP_INTERVAL, this.cleanupTimer],

@@ -184,6 +184,12 @@ export interface OutboxStore {
   cleanup(options: CleanupOptions): Promise<CleanupResult>;
   /** The store clock. */
   now(): Promise<Date>;
+  /**
+   * Optional: calls `listener` after events appended through this store instance are committed
+   * (the store's own transaction, or the caller's when it commits). The dispatcher of the same
+   * process polls at once instead of waiting for its next tick. Returns an unsubscribe function.
+   */
+  onAppended?(listener: () => void): () => void;
   /** Prepare storage if the store does that itself (no-op otherwise). */
   init?(): Promise<void>;
   /** Close what the store opened itself. */

@@ -102,6 +102,20 @@ export class DeferredOutboxStore implements OutboxStore {
   async now(): Promise<Date> {
     return (await this.open()).now();
   }
+  onAppended(listener: () => void): () => void {
+    let unsubscribe: (() => void) | undefined;
+    let active = true;
+    void this.open()
+      .then((store) => {
+        if (active) unsubscribe = store.onAppended?.(listener);
+      })
+      .catch(() => undefined);
+    return () => {
+      active = false;
+      unsubscribe?.();
+    };
+  }
+
   async close(): Promise<void> {
     if (!this.opening) return;
     const store = await this.opening.catch(() => null);

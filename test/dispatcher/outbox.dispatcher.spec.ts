@@ -255,12 +255,18 @@ describe('OutboxDispatcher', () => {
         done++;
       }
     }
+    // No wake-up on append here: only the interval's poll and its re-polls may claim.
+    const store = new MemoryOutboxStore();
+    Object.defineProperty(store, 'onAppended', { value: undefined });
     t = await createOutboxApp([Quick], {
+      store,
       dispatcher: { batchSize: 5, concurrency: 5, pollInterval: 60_000 },
     });
     await t.outbox.append(
       Array.from({ length: 23 }, (_, i) => ({ type: 'quick', payload: { i } })),
     );
+    await tick(1_000);
+    expect(done).toBe(0);
     await tick(60_000); // one interval: the first poll finds a full batch and keeps going
     for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
     expect(done).toBe(23);
@@ -656,5 +662,21 @@ describe('OutboxDispatcher', () => {
     await tick(150);
     expect(handled).toBe(2);
     expect(await store.stats()).toMatchObject({ pending: 0, leased: 0 });
+  });
+
+  it('claims events committed in this process at once, without waiting for the poll interval', async () => {
+    let done = 0;
+    @Injectable()
+    class Eager {
+      @OutboxHandler('eager')
+      handle() {
+        done++;
+      }
+    }
+    t = await createOutboxApp([Eager], { dispatcher: { pollInterval: 60_000 } });
+    await tick(0);
+    await t.outbox.append({ type: 'eager', payload: {} });
+    await tick(0);
+    expect(done).toBe(1);
   });
 });

@@ -60,6 +60,7 @@ export class MemoryOutboxStore implements OutboxStore {
   private readonly deliveries = new Map<string, StoredDelivery>();
   private readonly clock: () => Date;
   private seq = 0;
+  private readonly appendListeners = new Set<() => void>();
 
   constructor(options: MemoryOutboxStoreOptions = {}) {
     this.clock = options.clock ?? (() => new Date());
@@ -105,7 +106,13 @@ export class MemoryOutboxStore implements OutboxStore {
       for (const handler of handlers) this.addDelivery(stored, handler);
       result.push(publicEvent(stored));
     }
+    if (fresh.size > 0) for (const listener of this.appendListeners) listener();
     return result;
+  }
+
+  onAppended(listener: () => void): () => void {
+    this.appendListeners.add(listener);
+    return () => this.appendListeners.delete(listener);
   }
 
   private addDelivery(event: StoredEvent, handler: string): void {
