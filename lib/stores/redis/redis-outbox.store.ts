@@ -57,6 +57,9 @@ type Row = (string | number | null)[];
 const msArg = (v: number, min: number) => (Number.isFinite(v) && v > min ? Math.round(v) : min);
 
 /** One filter argument: '-' absent, '+value' present (so an empty string is still a value). */
+/** Leases per `ackMany` script call. */
+const ACK_MANY_CHUNK = 1000;
+
 const optArg = (v: string | undefined | null) => (v === undefined || v === null ? '-' : `+${v}`);
 
 /**
@@ -204,6 +207,22 @@ export class RedisOutboxStore implements OutboxStore {
 
   async ack(lease: Lease): Promise<void> {
     await this.leased('ack', lease);
+  }
+
+  /**
+   * `ack` for many leases: the ack script's logic applied to each lease in turn, on Redis `TIME`,
+   * in one script per chunk of leases (a chunk keeps each script short for the other clients).
+   */
+  async ackMany(leases: Lease[]): Promise<string[]> {
+    const acked: string[] = [];
+    for (let i = 0; i < leases.length; i += ACK_MANY_CHUNK) {
+      const args = leases
+        .slice(i, i + ACK_MANY_CHUNK)
+        .flatMap((l) => [l.deliveryId, l.owner, l.token]);
+      const ids = (await this.run('ackMany', args)) as unknown[];
+      for (const id of ids) acked.push(String(id));
+    }
+    return acked;
   }
 
   async retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {

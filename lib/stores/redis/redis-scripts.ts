@@ -403,16 +403,31 @@ redis.call('ZADD', hkey('l', f[5]), lu, ARGV[2])
 return lu
 `;
 
+/** Acknowledges one delivery if the lease is owned and live: 1, else 0 (unchanged). */
+const ACK_ONE = `
+local function ackOne(id, owner, token)
+  local f = owned(id, owner, token)
+  if not f then return 0 end
+  unlease(id, f)
+  leaveKey(id, f[5], opt(f[7]))
+  redis.call('DEL', dkey(id))
+  -- Delivered deliveries are deleted now; the event stays for the retention window (idempotent append).
+  if redis.call('HINCRBY', ekey(f[9]), 'n', -1) <= 0 then redis.call('ZADD', DONE, now, f[9]) end
+  return 1
+end
+`;
+
 const ACK = `
-local id = ARGV[2]
-local f = owned(id, ARGV[3], ARGV[4])
-if not f then return 0 end
-unlease(id, f)
-leaveKey(id, f[5], opt(f[7]))
-redis.call('DEL', dkey(id))
--- Delivered deliveries are deleted now; the event stays for the retention window (idempotent append).
-if redis.call('HINCRBY', ekey(f[9]), 'n', -1) <= 0 then redis.call('ZADD', DONE, now, f[9]) end
-return 1
+return ackOne(ARGV[2], ARGV[3], ARGV[4])
+`;
+
+/** ARGV: B, then id, owner, token per lease. Returns the ids acknowledged. */
+const ACK_MANY = `
+local acked = {}
+for j = 2, #ARGV - 2, 3 do
+  if ackOne(ARGV[j], ARGV[j + 1], ARGV[j + 2]) == 1 then table.insert(acked, ARGV[j]) end
+end
+return acked
 `;
 
 const RETRY = `
@@ -547,7 +562,8 @@ export const REDIS_SCRIPTS = {
   append: PRELUDE + APPEND,
   claim: PRELUDE + CLAIM,
   renew: PRELUDE + RENEW,
-  ack: PRELUDE + ACK,
+  ack: PRELUDE + ACK_ONE + ACK,
+  ackMany: PRELUDE + ACK_ONE + ACK_MANY,
   retry: PRELUDE + RETRY,
   deadLetter: PRELUDE + DEAD_LETTER,
   release: PRELUDE + RELEASE,
