@@ -142,6 +142,18 @@ export function describeOutboxStoreContract(
         expect(claimed.map((c) => c.event.id)).toEqual([e.id]);
       });
 
+      it('tells onAppended listeners about committed appends (when implemented)', async () => {
+        if (!store.onAppended) return;
+        let calls = 0;
+        const unsubscribe = store.onAppended(() => calls++);
+        await store.append([event()]);
+        expect(calls).toBeGreaterThanOrEqual(1);
+        unsubscribe();
+        const before = calls;
+        await store.append([event()]);
+        expect(calls).toBe(before);
+      });
+
       it('holds an event until its availableAt', async () => {
         const now = await store.now();
         await store.append([
