@@ -68,6 +68,7 @@ const optArg = (v: string | undefined | null) => (v === undefined || v === null 
  * All keys share the `{prefix}` hash tag, so one outbox lives in one Redis Cluster slot.
  */
 export class RedisOutboxStore implements OutboxStore {
+  private readonly appendListeners = new Set<() => void>();
   private readonly client: RedisClientLike;
   private readonly ownsClient: boolean;
   private readonly anchor: string;
@@ -129,6 +130,7 @@ export class RedisOutboxStore implements OutboxStore {
     }
     const result = (await this.run('append', args)) as Row[] | Row;
     if (result[0] === 'DUP') throw new DuplicateEventError(String(result[1]));
+    for (const listener of this.appendListeners) listener();
     return (result as Row[]).map(([oa, av], i) => ({
       id: events[i].id,
       type: events[i].type,
@@ -138,6 +140,12 @@ export class RedisOutboxStore implements OutboxStore {
       occurredAt: new Date(Number(oa)),
       availableAt: new Date(Number(av)),
     }));
+  }
+
+  /** An append is committed when its script returns. */
+  onAppended(listener: () => void): () => void {
+    this.appendListeners.add(listener);
+    return () => this.appendListeners.delete(listener);
   }
 
   async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {

@@ -75,6 +75,9 @@ const ACKED = (d: SqlDialect): SqlText => sql`status = 'delivered', done_at = ${
  */
 export class TypeOrmOutboxStore implements OutboxStore {
   private expandQuietUntil = 0;
+  private readonly appendListeners = new Set<() => void>();
+  private readonly awaitingCommit = new WeakSet<QueryRunner>();
+  private commitHookInstalled = false;
 
   private readonly dialect: SqlDialect;
   private readonly errorMaxLength: number;
@@ -144,14 +147,51 @@ export class TypeOrmOutboxStore implements OutboxStore {
       runner
         ? this.dialect.runInTransaction(runner, plan)
         : this.dialect.run(plan, { transaction: true });
+    let stored: OutboxEvent[];
     try {
-      return orderLike(events, await attempt());
+      stored = orderLike(events, await attempt());
     } catch (error) {
       // Another transaction inserted one of these ids between our check and our insert; the
       // second pass sees it and compares contents (SPEC §2.10).
-      if (this.dialect.isUniqueViolation(error)) return orderLike(events, await attempt());
-      throw error;
+      if (!this.dialect.isUniqueViolation(error)) throw error;
+      stored = orderLike(events, await attempt());
     }
+    if (this.appendListeners.size > 0) {
+      // Our own transaction has committed; the caller's tells us when it does (see onAppended).
+      if (runner) this.awaitingCommit.add(runner);
+      else this.notifyAppended();
+    }
+    return stored;
+  }
+
+  /**
+   * Listeners hear of appends once they are committed: at once for the store's own transaction,
+   * and through a TypeORM subscriber (`afterTransactionCommit`) for the caller's.
+   */
+  onAppended(listener: () => void): () => void {
+    if (!this.commitHookInstalled) {
+      this.commitHookInstalled = true;
+      this.dataSource.subscribers.push({
+        afterTransactionCommit: (event: { queryRunner?: QueryRunner }) => {
+          const runner = event.queryRunner;
+          // A released savepoint also reports a commit; only the outermost one counts.
+          if (!runner || runner.isTransactionActive || !this.awaitingCommit.has(runner)) return;
+          this.awaitingCommit.delete(runner);
+          this.notifyAppended();
+        },
+        afterTransactionRollback: (event: { queryRunner?: QueryRunner }) => {
+          if (event.queryRunner && !event.queryRunner.isTransactionActive) {
+            this.awaitingCommit.delete(event.queryRunner);
+          }
+        },
+      } as never);
+    }
+    this.appendListeners.add(listener);
+    return () => this.appendListeners.delete(listener);
+  }
+
+  private notifyAppended(): void {
+    for (const listener of this.appendListeners) listener();
   }
 
   /** The open transaction a caller's EntityManager or QueryRunner belongs to, or a clear refusal. */
