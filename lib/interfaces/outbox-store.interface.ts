@@ -164,7 +164,7 @@ export interface OutboxStore {
   ack(lease: Lease): Promise<void>;
   /**
    * Optional batched `ack`: acknowledges every delivery whose lease is still owned and live, in
-   * one round trip, and returns the ids it acknowledged; the others lost their lease (fenced out,
+   * one commit, and returns the ids it acknowledged; the others lost their lease (fenced out,
    * unchanged). The dispatcher coalesces acks through it when a store has it.
    */
   ackMany?(leases: Lease[]): Promise<string[]>;
