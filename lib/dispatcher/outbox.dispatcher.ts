@@ -198,7 +198,17 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const maxRounds = options.maxRounds ?? 1_000_000;
     for (let round = 0; round < maxRounds; round++) {
       const free = this.config.concurrency - this.inFlight.size - this.reserved;
-      const claimed = free > 0 ? await this.claimOnce(Math.min(this.config.batchSize, free)) : 0;
+      let claimed = 0;
+      if (free > 0) {
+        // Reserve the slots as poll() does, so the poll loop cannot claim them meanwhile.
+        const limit = Math.min(this.config.batchSize, free);
+        this.reserved += limit;
+        try {
+          claimed = await this.claimOnce(limit);
+        } finally {
+          this.reserved -= limit;
+        }
+      }
       if (claimed > 0) continue;
       const busy = [...this.inFlight.values()].map((f) => f.promise);
       if (busy.length === 0 && this.polls.size === 0) return;
@@ -280,15 +290,18 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   }
 
   private launch(delivery: ClaimedDelivery): void {
+    // A re-claim of the same delivery (after its lease expired) is a separate run; a store may
+    // share one token across a claim's deliveries, so the key takes both.
+    const runKey = `${delivery.id}:${delivery.lease.token}`;
     const abort = new AbortController();
     const promise = this.execute(delivery, abort)
       .catch((error) => this.logger.error(`Unexpected dispatcher error: ${String(error)}`))
       .finally(() => {
-        this.inFlight.delete(delivery.id);
+        this.inFlight.delete(runKey);
         // Work was left behind when the last claim came back full: fetch it now, not next tick.
         if (this.morePending) setImmediate(() => this.poll());
       });
-    this.inFlight.set(delivery.id, { promise, abort });
+    this.inFlight.set(runKey, { promise, abort });
   }
 
   private storeFailed(operation: string, error: unknown): void {
@@ -458,7 +471,22 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   }
 
   private async flushAcks(): Promise<void> {
-    const batch = this.pendingAcks.splice(0);
+    // Results come back by delivery id: two leases on one delivery (a stale one and a fresh one
+    // after a re-claim) go in separate batches, so each gets its own fenced answer.
+    const ids = new Set<string>();
+    const batch: typeof this.pendingAcks = [];
+    const later: typeof this.pendingAcks = [];
+    for (const a of this.pendingAcks.splice(0)) {
+      if (ids.has(a.lease.deliveryId)) later.push(a);
+      else {
+        ids.add(a.lease.deliveryId);
+        batch.push(a);
+      }
+    }
+    if (later.length > 0) {
+      this.pendingAcks.push(...later);
+      setImmediate(() => void this.flushAcks());
+    }
     if (batch.length === 0) return;
     try {
       const acked = new Set(await this.store.ackMany!(batch.map((a) => a.lease)));

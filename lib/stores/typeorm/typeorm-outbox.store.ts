@@ -76,8 +76,9 @@ const ACKED = (d: SqlDialect): SqlText => sql`status = 'delivered', done_at = ${
 export class TypeOrmOutboxStore implements OutboxStore {
   private expandQuietUntil = 0;
   private readonly appendListeners = new Set<() => void>();
-  private readonly awaitingCommit = new WeakSet<QueryRunner>();
-  private commitHookInstalled = false;
+  /** Caller transactions holding appends, and whether those include placeholders. */
+  private readonly awaitingCommit = new WeakMap<QueryRunner, boolean>();
+  private commitHook: object | null = null;
 
   private readonly dialect: SqlDialect;
   private readonly errorMaxLength: number;
@@ -156,12 +157,21 @@ export class TypeOrmOutboxStore implements OutboxStore {
       if (!this.dialect.isUniqueViolation(error)) throw error;
       stored = orderLike(events, await attempt());
     }
-    if (this.appendListeners.size > 0) {
+    const placeholders = events.some((e) => e.handlers.length === 0);
+    if (runner && this.commitHook) {
       // Our own transaction has committed; the caller's tells us when it does (see onAppended).
-      if (runner) this.awaitingCommit.add(runner);
-      else this.notifyAppended();
+      this.awaitingCommit.set(runner, placeholders || this.awaitingCommit.get(runner) === true);
+    } else if (!runner) {
+      this.appended(placeholders);
     }
     return stored;
+  }
+
+  /** Appends are committed: wake listeners, and look for new placeholders on the next claim. */
+  private appended(placeholders: boolean): void {
+    // A claim that ran while they were uncommitted may have started a quiet period.
+    if (placeholders) this.expandQuietUntil = 0;
+    for (const listener of this.appendListeners) listener();
   }
 
   /**
@@ -169,29 +179,34 @@ export class TypeOrmOutboxStore implements OutboxStore {
    * and through a TypeORM subscriber (`afterTransactionCommit`) for the caller's.
    */
   onAppended(listener: () => void): () => void {
-    if (!this.commitHookInstalled) {
-      this.commitHookInstalled = true;
-      this.dataSource.subscribers.push({
+    if (!this.commitHook) {
+      this.commitHook = {
         afterTransactionCommit: (event: { queryRunner?: QueryRunner }) => {
           const runner = event.queryRunner;
           // A released savepoint also reports a commit; only the outermost one counts.
           if (!runner || runner.isTransactionActive || !this.awaitingCommit.has(runner)) return;
+          const placeholders = this.awaitingCommit.get(runner) === true;
           this.awaitingCommit.delete(runner);
-          this.notifyAppended();
+          this.appended(placeholders);
         },
         afterTransactionRollback: (event: { queryRunner?: QueryRunner }) => {
           if (event.queryRunner && !event.queryRunner.isTransactionActive) {
             this.awaitingCommit.delete(event.queryRunner);
           }
         },
-      } as never);
+      };
+      this.dataSource.subscribers.push(this.commitHook as never);
     }
     this.appendListeners.add(listener);
-    return () => this.appendListeners.delete(listener);
-  }
-
-  private notifyAppended(): void {
-    for (const listener of this.appendListeners) listener();
+    return () => {
+      this.appendListeners.delete(listener);
+      // The DataSource may outlive this store (tests, several apps): leave nothing behind on it.
+      if (this.appendListeners.size === 0 && this.commitHook) {
+        const index = this.dataSource.subscribers.indexOf(this.commitHook as never);
+        if (index >= 0) this.dataSource.subscribers.splice(index, 1);
+        this.commitHook = null;
+      }
+    };
   }
 
   /** The open transaction a caller's EntityManager or QueryRunner belongs to, or a clear refusal. */
