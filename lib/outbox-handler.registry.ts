@@ -23,6 +23,8 @@ export interface RegisteredHandler {
 export class OutboxHandlerRegistry {
   private readonly byName = new Map<string, RegisteredHandler>();
   private readonly byType = new Map<string, string[]>();
+  /** Built once: every claim asks for it, and handlers only register at bootstrap. */
+  private subscriptionList: HandlerSubscription[] | null = null;
 
   register(handler: RegisteredHandler): void {
     const existing = this.byName.get(handler.name);
@@ -34,6 +36,7 @@ export class OutboxHandlerRegistry {
       );
     }
     this.byName.set(handler.name, handler);
+    this.subscriptionList = null;
     for (const type of handler.types)
       this.byType.set(type, [...(this.byType.get(type) ?? []), handler.name]);
   }
@@ -51,6 +54,7 @@ export class OutboxHandlerRegistry {
   }
 
   subscriptions(): HandlerSubscription[] {
-    return this.all().map((h) => ({ name: h.name, types: h.types }));
+    this.subscriptionList ??= this.all().map((h) => ({ name: h.name, types: h.types }));
+    return this.subscriptionList;
   }
 }

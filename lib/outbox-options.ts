@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { OutboxOptionsError } from './errors/outbox-options.error';
+import { fraction, plainObject, positiveInt } from './option-fields';
 import { resolveInboxOptions } from './inbox/inbox-options';
 import {
   BackoffOptions,
@@ -66,36 +67,6 @@ const STORE_TYPES = ['memory', 'custom', 'typeorm', 'redis'];
 
 export function defaultWorkerId(): string {
   return `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
-}
-
-function positiveInt(field: string, value: unknown, fallback: number, min = 1): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
-    throw new OutboxOptionsError(
-      field,
-      `expected an integer ≥ ${min}, got ${JSON.stringify(value)}`,
-    );
-  }
-  return value;
-}
-
-function fraction(field: string, value: unknown, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !(value >= 0 && value <= 1)) {
-    throw new OutboxOptionsError(
-      field,
-      `expected a number between 0 and 1, got ${JSON.stringify(value)}`,
-    );
-  }
-  return value;
-}
-
-function plainObject(field: string, value: unknown): Record<string, unknown> {
-  if (value === undefined) return {};
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new OutboxOptionsError(field, `expected an object, got ${JSON.stringify(value)}`);
-  }
-  return value as Record<string, unknown>;
 }
 
 /**

@@ -1,4 +1,5 @@
 import { OutboxOptionsError } from '../errors/outbox-options.error';
+import { positiveInt } from '../option-fields';
 import type { OutboxStoreOptions } from '../interfaces/outbox-module-options.interface';
 import { IDENTIFIER } from './dialects';
 import { InboxIsolationLevel, ResolvedInboxOptions } from './inbox-options.interface';
@@ -11,17 +12,6 @@ const ISOLATION_LEVELS: InboxIsolationLevel[] = [
   'REPEATABLE READ',
   'SERIALIZABLE',
 ];
-
-function int(field: string, value: unknown, fallback: number, min: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
-    throw new OutboxOptionsError(
-      field,
-      `expected an integer ≥ ${min}, got ${JSON.stringify(value)}`,
-    );
-  }
-  return value;
-}
 
 export function isIsolationLevel(value: unknown): value is InboxIsolationLevel {
   return ISOLATION_LEVELS.includes(value as InboxIsolationLevel);
@@ -87,9 +77,9 @@ export function resolveInboxOptions(
     dataSource: explicit ? o.dataSource : fromStore?.dataSource,
     dataSourceToken: (explicit ? o.dataSourceToken : fromStore?.dataSourceToken) as
       ResolvedInboxOptions['dataSourceToken'] | undefined,
-    retentionMs: int('inbox.retentionMs', o.retentionMs, DEFAULT_INBOX_RETENTION_MS, 1),
-    cleanupIntervalMs: int('inbox.cleanupIntervalMs', o.cleanupIntervalMs, 60_000, 0),
-    cleanupBatchSize: int('inbox.cleanupBatchSize', o.cleanupBatchSize, 1_000, 1),
+    retentionMs: positiveInt('inbox.retentionMs', o.retentionMs, DEFAULT_INBOX_RETENTION_MS, 1),
+    cleanupIntervalMs: positiveInt('inbox.cleanupIntervalMs', o.cleanupIntervalMs, 60_000, 0),
+    cleanupBatchSize: positiveInt('inbox.cleanupBatchSize', o.cleanupBatchSize, 1_000, 1),
     isolationLevel: o.isolationLevel as InboxIsolationLevel | undefined,
     tablePrefix,
     schema: schema as string | undefined,

@@ -65,3 +65,25 @@ export function decodeCursor(cursor: string): DeadLetterCursor {
 export function isMatchAll(filter: DeadLetterFilter): boolean {
   return Object.values(filter).every((v) => v === undefined);
 }
+
+/** The listeners of `OutboxStore.onAppended`, for stores to hold and call after a commit. */
+export class AppendListeners {
+  private readonly listeners = new Set<() => void>();
+
+  get size(): number {
+    return this.listeners.size;
+  }
+
+  /** Adds `listener`; the returned function removes it and then runs `onEmpty` if none remain. */
+  add(listener: () => void, onEmpty?: () => void): () => void {
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+      if (this.listeners.size === 0) onEmpty?.();
+    };
+  }
+
+  notify(): void {
+    for (const listener of this.listeners) listener();
+  }
+}

@@ -1,11 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { MemoryOutboxStore, OutboxHandler } from 'nestjs-outbox';
-import { createOutboxApp, deferred, TestApp } from '../support/outbox-app';
-
-const tick = async (ms: number) => {
-  await jest.advanceTimersByTimeAsync(ms);
-  for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
-};
+import { createOutboxApp, deferred, TestApp, tick } from '../support/outbox-app';
 
 /**
  * drain() reserves the slots it claims for, so the running poll loop (a wake-up after a handler,

@@ -9,13 +9,7 @@ import {
   OutboxHandlerContext,
   OutboxStore,
 } from 'nestjs-outbox';
-import { createOutboxApp, deferred, TestApp } from '../support/outbox-app';
-
-/** Advances fake time, then lets real `setImmediate` work (coalesced acks) run. */
-const tick = async (ms: number) => {
-  await jest.advanceTimersByTimeAsync(ms);
-  for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
-};
+import { createOutboxApp, deferred, TestApp, tick } from '../support/outbox-app';
 
 describe('OutboxDispatcher', () => {
   let t: TestApp | undefined;
@@ -678,5 +672,30 @@ describe('OutboxDispatcher', () => {
     await t.outbox.append({ type: 'eager', payload: {} });
     await tick(0);
     expect(done).toBe(1);
+  });
+
+  it('runs the retention cleanup on its interval: delivered events and old dead letters go', async () => {
+    @Injectable()
+    class Mixed {
+      @OutboxHandler('kept.short')
+      ok() {}
+      @OutboxHandler('fails.once', { maxAttempts: 1 })
+      fail() {
+        throw new Error('no');
+      }
+    }
+    t = await createOutboxApp([Mixed], {
+      module: { retention: { deliveredMs: 1_000, deadLetterMs: 2_000, cleanupIntervalMs: 5_000 } },
+    });
+    const delivered = await t.outbox.append({ type: 'kept.short', payload: { v: 1 } });
+    await t.outbox.append({ type: 'fails.once', payload: {} });
+    await tick(300);
+    expect((await t.store.stats()).dead).toBe(1);
+    await tick(5_000);
+    expect((await t.store.stats()).dead).toBe(0);
+    // The delivered event is gone too: its id is free again, even with other content.
+    await expect(
+      t.outbox.append({ id: delivered.id, type: 'kept.short', payload: { v: 2 } }),
+    ).resolves.toMatchObject({ id: delivered.id });
   });
 });

@@ -65,3 +65,9 @@ export function deferred<T = void>() {
   });
   return { promise, resolve, reject };
 }
+
+/** Advances Jest's fake time, then lets real `setImmediate` work (coalesced acks, re-polls) run. */
+export async function tick(ms: number): Promise<void> {
+  await jest.advanceTimersByTimeAsync(ms);
+  for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r));
+}

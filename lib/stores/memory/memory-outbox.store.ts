@@ -22,7 +22,13 @@ import {
   OutboxStore,
   OutboxStoreStats,
 } from '../../interfaces/outbox-store.interface';
-import { decodeCursor, encodeCursor, errorFingerprint, sameEventContent } from '../store-helpers';
+import {
+  AppendListeners,
+  decodeCursor,
+  encodeCursor,
+  errorFingerprint,
+  sameEventContent,
+} from '../store-helpers';
 
 type Status = 'pending' | 'leased' | 'delivered' | 'dead';
 
@@ -60,7 +66,7 @@ export class MemoryOutboxStore implements OutboxStore {
   private readonly deliveries = new Map<string, StoredDelivery>();
   private readonly clock: () => Date;
   private seq = 0;
-  private readonly appendListeners = new Set<() => void>();
+  private readonly appendListeners = new AppendListeners();
 
   constructor(options: MemoryOutboxStoreOptions = {}) {
     this.clock = options.clock ?? (() => new Date());
@@ -106,13 +112,12 @@ export class MemoryOutboxStore implements OutboxStore {
       for (const handler of handlers) this.addDelivery(stored, handler);
       result.push(publicEvent(stored));
     }
-    if (fresh.size > 0) for (const listener of this.appendListeners) listener();
+    if (fresh.size > 0) this.appendListeners.notify();
     return result;
   }
 
   onAppended(listener: () => void): () => void {
-    this.appendListeners.add(listener);
-    return () => this.appendListeners.delete(listener);
+    return this.appendListeners.add(listener);
   }
 
   private addDelivery(event: StoredEvent, handler: string): void {

@@ -26,7 +26,13 @@ import {
   TypeStats,
 } from '../../interfaces/outbox-store.interface';
 import { OUTBOX_ERROR_HISTORY } from '../../outbox.constants';
-import { canonicalJson, decodeCursor, encodeCursor, errorFingerprint } from '../store-helpers';
+import {
+  AppendListeners,
+  canonicalJson,
+  decodeCursor,
+  encodeCursor,
+  errorFingerprint,
+} from '../store-helpers';
 import { clientKeyPrefix, RedisClientLike, runScript } from './redis-client';
 import { RedisScriptName } from './redis-scripts';
 
@@ -68,7 +74,7 @@ const optArg = (v: string | undefined | null) => (v === undefined || v === null 
  * All keys share the `{prefix}` hash tag, so one outbox lives in one Redis Cluster slot.
  */
 export class RedisOutboxStore implements OutboxStore {
-  private readonly appendListeners = new Set<() => void>();
+  private readonly appendListeners = new AppendListeners();
   private readonly client: RedisClientLike;
   private readonly ownsClient: boolean;
   private readonly anchor: string;
@@ -130,7 +136,7 @@ export class RedisOutboxStore implements OutboxStore {
     }
     const result = (await this.run('append', args)) as Row[] | Row;
     if (result[0] === 'DUP') throw new DuplicateEventError(String(result[1]));
-    for (const listener of this.appendListeners) listener();
+    this.appendListeners.notify();
     return (result as Row[]).map(([oa, av], i) => ({
       id: events[i].id,
       type: events[i].type,
@@ -144,8 +150,7 @@ export class RedisOutboxStore implements OutboxStore {
 
   /** An append is committed when its script returns. */
   onAppended(listener: () => void): () => void {
-    this.appendListeners.add(listener);
-    return () => this.appendListeners.delete(listener);
+    return this.appendListeners.add(listener);
   }
 
   async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {

@@ -27,7 +27,13 @@ import {
 } from '../../interfaces/outbox-store.interface';
 import { OUTBOX_ERROR_HISTORY, UNEXPANDED_HANDLER } from '../../outbox.constants';
 import { isUuid } from '../../outbox-validation';
-import { decodeCursor, encodeCursor, errorFingerprint, sameEventContent } from '../store-helpers';
+import {
+  AppendListeners,
+  decodeCursor,
+  encodeCursor,
+  errorFingerprint,
+  sameEventContent,
+} from '../store-helpers';
 import { createDialect } from './dialects';
 import {
   ClaimCandidates,
@@ -75,7 +81,7 @@ const ACKED = (d: SqlDialect): SqlText => sql`status = 'delivered', done_at = ${
  */
 export class TypeOrmOutboxStore implements OutboxStore {
   private expandQuietUntil = 0;
-  private readonly appendListeners = new Set<() => void>();
+  private readonly appendListeners = new AppendListeners();
   /** Caller transactions holding appends, and whether those include placeholders. */
   private readonly awaitingCommit = new WeakMap<QueryRunner, boolean>();
   private commitHook: object | null = null;
@@ -171,7 +177,7 @@ export class TypeOrmOutboxStore implements OutboxStore {
   private appended(placeholders: boolean): void {
     // A claim that ran while they were uncommitted may have started a quiet period.
     if (placeholders) this.expandQuietUntil = 0;
-    for (const listener of this.appendListeners) listener();
+    this.appendListeners.notify();
   }
 
   /**
@@ -197,16 +203,14 @@ export class TypeOrmOutboxStore implements OutboxStore {
       };
       this.dataSource.subscribers.push(this.commitHook as never);
     }
-    this.appendListeners.add(listener);
-    return () => {
-      this.appendListeners.delete(listener);
-      // The DataSource may outlive this store (tests, several apps): leave nothing behind on it.
-      if (this.appendListeners.size === 0 && this.commitHook) {
-        const index = this.dataSource.subscribers.indexOf(this.commitHook as never);
-        if (index >= 0) this.dataSource.subscribers.splice(index, 1);
-        this.commitHook = null;
-      }
-    };
+    // The DataSource may outlive this store (tests, several apps): leave nothing behind on it.
+    return this.appendListeners.add(listener, () => {
+      const index = this.commitHook
+        ? this.dataSource.subscribers.indexOf(this.commitHook as never)
+        : -1;
+      if (index >= 0) this.dataSource.subscribers.splice(index, 1);
+      this.commitHook = null;
+    });
   }
 
   /** The open transaction a caller's EntityManager or QueryRunner belongs to, or a clear refusal. */
