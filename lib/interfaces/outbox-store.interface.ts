@@ -139,11 +139,17 @@ export interface OutboxStoreStats {
 }
 
 export interface CleanupOptions {
-  /** Delete events whose deliveries all completed longer ago than this. */
+  /**
+   * Delete events whose deliveries are all done (delivered, or dead letters since removed) and
+   * that became due longer ago than this.
+   */
   deliveredRetentionMs: number;
   /** Delete dead letters older than this; `null` keeps them. */
   deadLetterRetentionMs: number | null;
-  /** Maximum rows removed per kind in one call (bounded batches). */
+  /**
+   * Maximum rows removed per kind in one call (bounded batches). The dispatcher calls again
+   * while a call comes back full, within a time budget.
+   */
   batchSize: number;
 }
 

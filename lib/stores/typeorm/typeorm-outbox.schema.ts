@@ -1,42 +1,92 @@
 import type { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
 import { createDialect, dialectName, schemaStatements } from './dialects';
-import { Plan } from './dialects/sql-dialect';
+import { Plan, SqlDialect } from './dialects/sql-dialect';
 import { raw, sql } from './sql';
 import { OutboxTableOptions } from './typeorm-outbox.tables';
 
-/** Version of the outbox tables this release expects. */
-export const OUTBOX_SCHEMA_VERSION = 1;
+/**
+ * Version of the outbox tables this release expects. 2: `deliveries` holds open work only,
+ * dead letters live in `dead_letters`, events carry an `available_at` index for retention.
+ */
+export const OUTBOX_SCHEMA_VERSION = 2;
 
-/** Seconds `ensureOutboxSchema` waits for another replica that is creating the tables. */
+/** Seconds `ensureOutboxSchema` waits for another replica, or a lock on the tables. */
 const SCHEMA_LOCK_SECONDS = 60;
 
 /**
- * Creates the outbox tables and indexes if missing, for development and tests. Safe when several
- * replicas call it at once: they serialize on a PostgreSQL advisory lock / MySQL `GET_LOCK`
- * (SQLite: an immediate transaction). Production deployments usually run the migration instead.
+ * Brings the tables to the current version inside an open transaction: creates what is missing,
+ * upgrades version-1 tables, records the version. Idempotent.
+ */
+function* applySchema(dialect: SqlDialect): Plan<void> {
+  for (const ddl of dialect.createSchema()) yield raw(ddl);
+  const { rows } = yield sql`SELECT MAX(version) AS version FROM ${dialect.tables.version}`;
+  const found = rows[0]?.version;
+  const current = found === null || found === undefined ? null : Number(found);
+  if (current !== null && current >= OUTBOX_SCHEMA_VERSION) return;
+  if (current !== null) {
+    for (const step of dialect.upgradeSchema()) {
+      try {
+        yield raw(step);
+      } catch (error) {
+        if (!dialect.isRedundantDdl(error)) throw error;
+      }
+    }
+  }
+  yield sql`INSERT INTO ${dialect.tables.version} (version, applied_at) VALUES (${OUTBOX_SCHEMA_VERSION}, ${dialect.now})`;
+}
+
+/**
+ * Creates (or upgrades) the outbox tables if needed, for development and tests. Tables already at
+ * the current version cost one read and take no lock, so a replica starting while others write
+ * never queues behind their transactions. Otherwise replicas serialize on a PostgreSQL advisory
+ * lock / MySQL `GET_LOCK` (SQLite: an immediate transaction), and on PostgreSQL a DDL lock that
+ * cannot be had within 60 s fails with a message instead of hanging. Production deployments
+ * usually run the migration instead.
  */
 export async function ensureOutboxSchema(
   dataSource: DataSource,
   options: OutboxTableOptions = {},
 ): Promise<void> {
   const dialect = createDialect(dataSource, options);
+  const status = await readVersion(dialect);
+  if (status !== null && status >= OUTBOX_SCHEMA_VERSION) return;
   const lockName = `${dialect.tables.lockName}:schema`;
-  await dialect.run(
-    function* (): Plan<void> {
-      yield dialect.lock(lockName, SCHEMA_LOCK_SECONDS);
-      const unlock = dialect.unlock(lockName);
-      try {
-        for (const ddl of dialect.createSchema()) yield raw(ddl);
-        const { rows } = yield sql`SELECT MAX(version) AS version FROM ${dialect.tables.version}`;
-        if (!(Number(rows[0]?.version ?? 0) >= OUTBOX_SCHEMA_VERSION)) {
-          yield sql`INSERT INTO ${dialect.tables.version} (version, applied_at) VALUES (${OUTBOX_SCHEMA_VERSION}, ${dialect.now})`;
+  try {
+    await dialect.run(
+      function* (): Plan<void> {
+        yield dialect.lock(lockName, SCHEMA_LOCK_SECONDS);
+        const unlock = dialect.unlock(lockName);
+        try {
+          const bound = dialect.lockTimeout(SCHEMA_LOCK_SECONDS);
+          if (bound) yield bound;
+          yield* applySchema(dialect);
+        } finally {
+          if (unlock) yield unlock;
         }
-      } finally {
-        if (unlock) yield unlock;
-      }
-    },
-    { transaction: true },
-  );
+      },
+      { transaction: true },
+    );
+  } catch (error) {
+    if (!dialect.isLockTimeout(error)) throw error;
+    throw new Error(
+      `nestjs-outbox: could not create or upgrade the outbox tables (${dialect.tables.prefix}*) within ${SCHEMA_LOCK_SECONDS} s: ` +
+        'an open transaction holds a lock on them. Let it finish, or create the tables ahead of time ' +
+        '(npx nestjs-outbox schema migrate, or the TypeORM migration) and set ensureSchema: false.',
+      { cause: error },
+    );
+  }
+}
+
+async function readVersion(dialect: SqlDialect): Promise<number | null> {
+  try {
+    return await dialect.run(function* (): Plan<number | null> {
+      const { rows } = yield sql`SELECT MAX(version) AS version FROM ${dialect.tables.version}`;
+      const v = rows[0]?.version;
+      return v === null || v === undefined ? null : Number(v);
+    });
+  } catch {
+    return null;
+  }
 }
 
 export interface OutboxSchemaStatus {
@@ -51,17 +101,7 @@ export async function outboxSchemaStatus(
   dataSource: DataSource,
   options: OutboxTableOptions = {},
 ): Promise<OutboxSchemaStatus> {
-  const dialect = createDialect(dataSource, options);
-  let current: number | null = null;
-  try {
-    current = await dialect.run(function* (): Plan<number | null> {
-      const { rows } = yield sql`SELECT MAX(version) AS version FROM ${dialect.tables.version}`;
-      const v = rows[0]?.version;
-      return v === null || v === undefined ? null : Number(v);
-    });
-  } catch {
-    current = null;
-  }
+  const current = await readVersion(createDialect(dataSource, options));
   return {
     current,
     expected: OUTBOX_SCHEMA_VERSION,
@@ -70,14 +110,8 @@ export async function outboxSchemaStatus(
 }
 
 async function migrateUp(queryRunner: QueryRunner, options: OutboxTableOptions): Promise<void> {
-  const name = dialectName(queryRunner.connection.options.type);
-  const { create } = schemaStatements(name, options);
-  for (const ddl of create) await queryRunner.query(ddl);
   const dialect = createDialect(queryRunner.connection, options);
-  const version = dialect.tables.version.text;
-  await queryRunner.query(
-    `INSERT INTO ${version} (version, applied_at) VALUES (${OUTBOX_SCHEMA_VERSION}, ${dialect.now.text})`,
-  );
+  await dialect.runOn(queryRunner, () => applySchema(dialect));
 }
 
 async function migrateDown(queryRunner: QueryRunner, options: OutboxTableOptions): Promise<void> {
@@ -86,8 +120,10 @@ async function migrateDown(queryRunner: QueryRunner, options: OutboxTableOptions
 }
 
 /**
- * A TypeORM migration creating the outbox tables with your own prefix / schema. Give each call a
- * distinct `timestamp` (TypeORM orders and records migrations by it).
+ * A TypeORM migration creating the outbox tables with your own prefix / schema, or upgrading
+ * tables of an earlier version (it is idempotent). Give each call a distinct `timestamp` (TypeORM
+ * orders and records migrations by it); after upgrading the library, add one with a new
+ * timestamp to bring existing tables forward.
  *
  * @example migrations: [createOutboxMigration({ tablePrefix: 'billing_outbox_' }, 1780000000001)]
  */
@@ -107,8 +143,8 @@ export function createOutboxMigration(
 }
 
 /**
- * Creates the outbox tables with the default prefix `outbox_` (schema version 1). Add it to your
- * DataSource's `migrations`.
+ * Creates the outbox tables with the default prefix `outbox_`, or upgrades existing ones, to the
+ * current schema version. Add it to your DataSource's `migrations`.
  */
 export class NestjsOutboxSchema1780000000000 implements MigrationInterface {
   name = 'NestjsOutboxSchema1780000000000';

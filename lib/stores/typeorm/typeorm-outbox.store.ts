@@ -36,8 +36,9 @@ import {
 } from '../store-helpers';
 import { createDialect } from './dialects';
 import {
+  AppendRow,
   ClaimCandidates,
-  EventInsert,
+  InsertedEvent,
   Plan,
   Row,
   SqlDialect,
@@ -62,17 +63,21 @@ const EXPAND_BATCH = 500;
  * itself; only the first delivery of a type this process cannot name waits up to this long.
  */
 const EXPAND_PROBE_QUIET_MS = 1_000;
-/** Delivery rows per INSERT; keeps every dialect under its bound-parameter limit. */
-const DELIVERY_ROWS_PER_INSERT = 2000;
 const EVENTS_PER_INSERT = 1000;
+/** Ids bound in one statement by bulk operations (replay, purge, cleanup, undo). */
+const ID_BATCH = 1000;
 /**
  * Leases per `ackMany` statement: 4 bound parameters each (plus one), far below every dialect's
  * limit (SQLite 32,766, PostgreSQL 65,535) and a statement each database plans quickly.
  */
 const ACK_MANY_CHUNK = 500;
 
-/** What `ack` sets on a delivery (besides clearing the lease): shared with `ackMany`. */
-const ACKED = (d: SqlDialect): SqlText => sql`status = 'delivered', done_at = ${d.now}`;
+/** Column list of the dead letters table, in the order `moveRows` fills it. */
+const DEAD_COLUMNS =
+  'id, event_seq, event_type, event_key, handler, attempts, reason, errors, dead_at';
+/** Column list of deliveries as replay writes them back. */
+const REPLAY_COLUMNS =
+  'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors';
 
 /**
  * Outbox store over a TypeORM `DataSource` on PostgreSQL, MySQL/MariaDB or SQLite. Appends can
@@ -123,6 +128,10 @@ export class TypeOrmOutboxStore implements OutboxStore {
     return this.dialect.tables.deliveries;
   }
 
+  private get DL(): SqlText {
+    return this.dialect.tables.deadLetters;
+  }
+
   private one<T = StatementResult>(stmt: SqlText, map?: (r: StatementResult) => T): Promise<T> {
     return this.dialect.run(function* (): Plan<T> {
       const result = yield stmt;
@@ -151,15 +160,13 @@ export class TypeOrmOutboxStore implements OutboxStore {
     const batch = dedupeBatch(events);
     const plan = () => this.appendPlan(batch);
     const attempt = () =>
-      runner
-        ? this.dialect.runInTransaction(runner, plan)
-        : this.dialect.run(plan, { transaction: true });
+      runner ? this.dialect.runOn(runner, plan) : this.dialect.run(plan, { transaction: true });
     let stored: OutboxEvent[];
     try {
       stored = orderLike(events, await attempt());
     } catch (error) {
       // Another transaction inserted one of these ids between our check and our insert; the
-      // second pass sees it and compares contents (SPEC §2.10).
+      // second pass sees it and compares contents (see Guarantees: idempotent append).
       if (!this.dialect.isUniqueViolation(error)) throw error;
       stored = orderLike(events, await attempt());
     }
@@ -241,37 +248,42 @@ export class TypeOrmOutboxStore implements OutboxStore {
   }
 
   /**
-   * A plain (non-locking) read decides what exists: a locking read would take gap locks on the id
-   * index under MySQL's REPEATABLE READ and make concurrent appenders deadlock each other. A
-   * concurrent insert of the same id surfaces as a unique violation, which `append` retries.
+   * The common case is the dialect's insert alone (one statement on PostgreSQL, two elsewhere):
+   * no read before the write and no savepoint. Only when an id exists already does it read the
+   * stored events to compare contents; a different content undoes what this call inserted and
+   * fails, so the caller's transaction holds nothing of the batch. The read is a plain one: a
+   * locking read would take gap locks on MySQL's REPEATABLE READ and make appenders deadlock.
    */
   private *appendPlan(batch: AppendableEvent[]): Plan<OutboxEvent[]> {
     const d = this.dialect;
-    const { rows: found } =
-      yield sql`SELECT ${this.eventColumns('e')}, e.seq FROM ${this.E} e WHERE e.id IN (${list(batch.map((e) => e.id))})`;
-    const existing = new Map(found.map((r) => [String(r.event_id).toLowerCase(), this.toEvent(r)]));
-    for (const event of batch) {
-      const stored = existing.get(event.id.toLowerCase());
-      if (stored && !sameEventContent(stored, event)) throw new DuplicateEventError(event.id);
-    }
-    const fresh = batch.filter((e) => !existing.has(e.id.toLowerCase()));
-    const inserted = new Map<string, { seq: number; availableAt: Date }>();
-    for (const chunk of chunkBySize(fresh.map(toInsert), d.maxStatementBytes)) {
-      for (const [id, row] of yield* d.insertEvents(chunk)) inserted.set(id.toLowerCase(), row);
-    }
-    const deliveries: SqlText[] = [];
-    for (const event of fresh) {
-      const row = inserted.get(event.id.toLowerCase())!;
-      const handlers =
-        event.handlers.length > 0 ? [...new Set(event.handlers)] : [UNEXPANDED_HANDLER];
-      for (const handler of handlers) {
-        deliveries.push(
-          sql`(${randomUUID()}, ${row.seq}, ${event.type}, ${event.key}, ${handler}, 'pending', 0, ${d.time(row.availableAt)}, '[]')`,
-        );
+    const rows = batch.map(toAppendRow);
+    const inserted = new Map<string, InsertedEvent>();
+    const insert = function* (todo: AppendRow[]): Plan<void> {
+      for (const chunk of chunkBySize(todo, d.maxStatementBytes)) {
+        for (const [id, row] of yield* d.appendEvents(chunk)) inserted.set(id, row);
       }
+    };
+    try {
+      yield* insert(rows);
+    } catch (error) {
+      // MySQL and SQLite refuse the whole statement on a duplicate id and write none of it.
+      if (!d.isUniqueViolation(error)) throw error;
     }
-    for (let i = 0; i < deliveries.length; i += DELIVERY_ROWS_PER_INSERT) {
-      yield sql`INSERT INTO ${this.D} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors) VALUES ${join(deliveries.slice(i, i + DELIVERY_ROWS_PER_INSERT))}`;
+    const rest = rows.filter((r) => !inserted.has(r.id.toLowerCase()));
+    const existing = new Map<string, OutboxEvent>();
+    if (rest.length > 0) {
+      const { rows: found } =
+        yield sql`SELECT ${this.eventColumns('e')} FROM ${this.E} e WHERE e.id IN (${list(rest.map((r) => r.id))})`;
+      for (const r of found) existing.set(String(r.event_id).toLowerCase(), this.toEvent(r));
+      const conflict = batch.find((e) => {
+        const stored = existing.get(e.id.toLowerCase());
+        return stored !== undefined && !sameEventContent(stored, e);
+      });
+      if (conflict) {
+        yield* this.undoAppend([...inserted.values()].map((r) => r.seq));
+        throw new DuplicateEventError(conflict.id);
+      }
+      yield* insert(rest.filter((r) => !existing.has(r.id.toLowerCase())));
     }
     return batch.map((event) => {
       const stored = existing.get(event.id.toLowerCase());
@@ -286,6 +298,15 @@ export class TypeOrmOutboxStore implements OutboxStore {
         availableAt: inserted.get(event.id.toLowerCase())!.availableAt,
       };
     });
+  }
+
+  /** Removes events (and their deliveries) this append wrote before it found a conflict. */
+  private *undoAppend(seqs: number[]): Plan<void> {
+    for (let i = 0; i < seqs.length; i += ID_BATCH) {
+      const some = list(seqs.slice(i, i + ID_BATCH));
+      yield sql`DELETE FROM ${this.D} WHERE event_seq IN (${some})`;
+      yield sql`DELETE FROM ${this.E} WHERE seq IN (${some})`;
+    }
   }
 
   // ---------------------------------------------------------------- claim
@@ -456,16 +477,15 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     return { ...lease, leaseUntil: d.readTime(rows[0].lease_until) };
   }
 
-  ack(lease: Lease): Promise<void> {
-    return this.settle(lease, ACKED(this.dialect));
+  async ack(lease: Lease): Promise<void> {
+    const acked = await this.ackMany([lease]);
+    if (acked.length === 0) throw new LeaseLostError(lease.deliveryId, lease.owner);
   }
 
   /**
-   * `ack` for many leases in one round trip (one commit): the same fenced UPDATE as `ack`, over a
-   * chunk of leases at a time, and only the rows whose lease still matches and is live change.
-   * PostgreSQL and SQLite learn which through `RETURNING`; MySQL/MariaDB has none, so it locks
-   * the owned-and-live rows first (`SELECT … FOR UPDATE`, by primary key) and updates exactly
-   * those: nobody can claim a locked row, so its lease is still ours when the UPDATE runs.
+   * Acknowledged deliveries leave the table (the claim reads open work only); the event stays
+   * until retention removes it. Fenced like every lease operation: only rows whose lease still
+   * matches and is live go, in one statement per chunk (arrays on PostgreSQL).
    */
   async ackMany(leases: Lease[]): Promise<string[]> {
     // A lease that is not a UUID cannot own a row (and PostgreSQL would reject it as a uuid).
@@ -473,43 +493,12 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     if (valid.length === 0) return [];
     // Primary-key order: concurrent batches lock rows in one order.
     valid.sort((a, b) => (a.deliveryId < b.deliveryId ? -1 : a.deliveryId > b.deliveryId ? 1 : 0));
-    const chunks: Lease[][] = [];
-    for (let i = 0; i < valid.length; i += ACK_MANY_CHUNK)
-      chunks.push(valid.slice(i, i + ACK_MANY_CHUNK));
     const d = this.dialect;
-    const { D } = this;
-    const set = sql`${ACKED(d)}, lease_owner = NULL, lease_token = NULL, lease_until = NULL`;
-    const rows = await d.run(
-      function* (): Plan<Row[]> {
-        const acked: Row[] = [];
-        for (const chunk of chunks) {
-          const ids = list([...new Set(chunk.map((l) => l.deliveryId))]);
-          const owned = join(
-            chunk.map(
-              (l) =>
-                sql`(id = ${l.deliveryId} AND lease_owner = ${l.owner} AND lease_token = ${l.token})`,
-            ),
-            ' OR ',
-          );
-          const where = sql`id IN (${ids}) AND status = 'leased' AND lease_until > ${d.now} AND (${owned})`;
-          if (d.updateReturning) {
-            acked.push(
-              ...(yield sql`UPDATE ${D} ${d.byId} SET ${set} WHERE ${where} RETURNING id`).rows,
-            );
-            continue;
-          }
-          const { rows: live } = yield sql`SELECT id FROM ${D} ${d.byId} WHERE ${where} FOR UPDATE`;
-          if (live.length === 0) continue;
-          yield sql`UPDATE ${D} ${d.byId} SET ${set} WHERE id IN (${list(live.map((r) => r.id))})`;
-          acked.push(...live);
-        }
-        return acked;
-      },
-      d.updateReturning && chunks.length === 1
-        ? {}
-        : // READ COMMITTED: the locking read takes no gap locks for ids that are gone.
-          { transaction: true, isolation: 'READ COMMITTED', deadlockRetries: 3 },
-    );
+    const rows: Row[] = [];
+    for (let i = 0; i < valid.length; i += ACK_MANY_CHUNK) {
+      const chunk = valid.slice(i, i + ACK_MANY_CHUNK);
+      rows.push(...(await d.run(() => d.deleteLeased(chunk), d.deleteLeasedRunOptions)));
+    }
     // Report each acknowledged delivery under the id its caller gave.
     const given = new Map(valid.map((l) => [l.deliveryId.toLowerCase(), l.deliveryId]));
     const out = new Set<string>();
@@ -528,11 +517,26 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     );
   }
 
-  deadLetter(lease: Lease, reason: DeadLetterReason, error: DeliveryErrorInput): Promise<void> {
-    return this.settle(
-      lease,
-      sql`status = 'dead', reason = ${reason}, done_at = ${this.dialect.now}, errors = ${this.errorEntry(error)}`,
+  /** Moves the delivery to the dead letters (fenced: only while the lease holds). */
+  async deadLetter(
+    lease: Lease,
+    reason: DeadLetterReason,
+    error: DeliveryErrorInput,
+  ): Promise<void> {
+    if (!isUuid(lease.deliveryId)) throw new LeaseLostError(lease.deliveryId, lease.owner);
+    const d = this.dialect;
+    const moved = await d.run(
+      () =>
+        d.moveRows({
+          from: this.D,
+          to: this.DL,
+          where: this.fenced(lease),
+          columns: DEAD_COLUMNS,
+          values: sql`id, event_seq, event_type, event_key, handler, attempts, ${reason}, ${this.errorEntry(error)}, ${d.now}`,
+        }),
+      d.moveRunOptions,
     );
+    if (moved.length === 0) throw new LeaseLostError(lease.deliveryId, lease.owner);
   }
 
   release(lease: Lease): Promise<void> {
@@ -561,29 +565,29 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
   private deadWhere(filter: DeadLetterFilter, a = ''): SqlText {
     const d = this.dialect;
     const col = (c: string) => raw(`${a}${c}`);
-    const conds = [sql`${col('status')} = 'dead'`];
+    const conds = [raw('1 = 1')];
     if (filter.type !== undefined) conds.push(sql`${col('event_type')} = ${filter.type}`);
     if (filter.handler !== undefined) conds.push(sql`${col('handler')} = ${filter.handler}`);
     if (filter.key !== undefined) conds.push(sql`${col('event_key')} = ${filter.key}`);
     if (filter.failedBefore !== undefined)
-      conds.push(sql`${col('done_at')} < ${d.time(filter.failedBefore)}`);
+      conds.push(sql`${col('dead_at')} < ${d.time(filter.failedBefore)}`);
     if (filter.failedAfter !== undefined)
-      conds.push(sql`${col('done_at')} >= ${d.time(filter.failedAfter)}`);
+      conds.push(sql`${col('dead_at')} >= ${d.time(filter.failedAfter)}`);
     return join(conds, ' AND ');
   }
 
-  private selectorWhere(selector: DeadLetterSelector, a = ''): SqlText | null {
+  private selectorWhere(selector: DeadLetterSelector): SqlText | null {
     if ('ids' in selector) {
-      const ids = selector.ids.filter(isUuid);
+      const ids = [...new Set(selector.ids.filter(isUuid))];
       if (ids.length === 0) return null;
-      return sql`${raw(`${a}status`)} = 'dead' AND ${raw(`${a}id`)} IN (${list(ids)})`;
+      return sql`id IN (${list(ids)})`;
     }
-    return this.deadWhere(selector.filter ?? {}, a);
+    return this.deadWhere(selector.filter ?? {});
   }
 
   private deadColumns(): SqlText {
     const d = this.dialect;
-    return sql`d.id, d.handler, d.attempts, d.reason, ${d.jsonOut(raw('d.errors'))} AS errors, ${d.timeOut(raw('d.done_at'))} AS done_at, ${this.eventColumns('e')}`;
+    return sql`d.id, d.handler, d.attempts, d.reason, ${d.jsonOut(raw('d.errors'))} AS errors, ${d.timeOut(raw('d.dead_at'))} AS dead_at, ${this.eventColumns('e')}`;
   }
 
   private toDeadLetter(r: Row): DeadLetter {
@@ -600,7 +604,7 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
       attempts: Number(r.attempts),
       reason: (r.reason ?? 'exhausted') as DeadLetterReason,
       errors: parseErrors(r.errors),
-      deadAt: this.dialect.readTime(r.done_at),
+      deadAt: this.dialect.readTime(r.dead_at),
     };
   }
 
@@ -611,10 +615,10 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     if (after && !isUuid(after.id))
       throw new OutboxValidationError('cursor', 'is not a cursor returned by a previous page');
     const keyset = after
-      ? sql` AND (d.done_at > ${d.time(after.deadAt)} OR (d.done_at = ${d.time(after.deadAt)} AND d.id > ${after.id}))`
+      ? sql` AND (d.dead_at > ${d.time(after.deadAt)} OR (d.dead_at = ${d.time(after.deadAt)} AND d.id > ${after.id}))`
       : EMPTY;
     const { rows } = await this.one(
-      sql`SELECT ${this.deadColumns()} FROM ${this.D} d JOIN ${this.E} e ON e.seq = d.event_seq WHERE ${this.deadWhere(query, 'd.')}${keyset} ORDER BY d.done_at, d.id LIMIT ${raw(String(limit + 1))}`,
+      sql`SELECT ${this.deadColumns()} FROM ${this.DL} d JOIN ${this.E} e ON e.seq = d.event_seq WHERE ${this.deadWhere(query, 'd.')}${keyset} ORDER BY d.dead_at, d.id LIMIT ${raw(String(limit + 1))}`,
     );
     const items = rows.slice(0, limit).map((r) => this.toDeadLetter(r));
     const last = items[items.length - 1];
@@ -628,14 +632,14 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
   async getDeadLetter(id: string): Promise<DeadLetter | null> {
     if (!isUuid(id)) return null;
     const { rows } = await this.one(
-      sql`SELECT ${this.deadColumns()} FROM ${this.D} d JOIN ${this.E} e ON e.seq = d.event_seq WHERE d.id = ${id} AND d.status = 'dead'`,
+      sql`SELECT ${this.deadColumns()} FROM ${this.DL} d JOIN ${this.E} e ON e.seq = d.event_seq WHERE d.id = ${id}`,
     );
     return rows[0] ? this.toDeadLetter(rows[0]) : null;
   }
 
   async summarizeDeadLetters(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
     const { rows } = await this.one(
-      sql`SELECT d.event_type, d.handler, ${this.dialect.jsonOut(raw('d.errors'))} AS errors FROM ${this.D} d WHERE ${this.deadWhere(filter, 'd.')}`,
+      sql`SELECT d.event_type, d.handler, ${this.dialect.jsonOut(raw('d.errors'))} AS errors FROM ${this.DL} d WHERE ${this.deadWhere(filter, 'd.')}`,
     );
     const groups = new Map<string, DeadLetterSummaryRow>();
     for (const r of rows) {
@@ -656,35 +660,77 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     return [...groups.values()].sort((a, b) => b.count - a.count);
   }
 
+  /**
+   * Moves dead letters back to the open deliveries, `ID_BATCH` per transaction until none is
+   * left: attempts reset, error history kept, the same delivery id and event position (so per-key
+   * order puts it before later events of its key).
+   */
   async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
     const where = this.selectorWhere(selector);
     if (!where) return 0;
     const d = this.dialect;
     const at = availableAt ? d.time(availableAt) : d.now;
-    const { affected } = await this.one(
-      sql`UPDATE ${this.D} SET status = 'pending', attempts = 0, reason = NULL, done_at = NULL, available_at = ${at} WHERE ${where}`,
-    );
-    return affected;
+    let total = 0;
+    for (;;) {
+      const moved = await d.run(
+        () =>
+          d.moveRows({
+            from: this.DL,
+            to: this.D,
+            where,
+            limit: ID_BATCH,
+            columns: REPLAY_COLUMNS,
+            values: sql`id, event_seq, event_type, event_key, handler, 'pending', 0, ${at}, errors`,
+          }),
+        d.moveRunOptions,
+      );
+      total += moved.length;
+      if (moved.length < ID_BATCH) return total;
+    }
   }
 
+  /** Deletes dead letters (and events nothing refers to any more), `ID_BATCH` at a time. */
   async purge(selector: DeadLetterSelector): Promise<number> {
     const where = this.selectorWhere(selector);
     if (!where) return 0;
-    const { D, E } = this;
-    return this.dialect.run(
-      function* (): Plan<number> {
-        const { rows } = yield sql`SELECT DISTINCT event_seq FROM ${D} WHERE ${where}`;
-        if (rows.length === 0) return 0;
-        const { affected } = yield sql`DELETE FROM ${D} WHERE ${where}`;
-        yield* deleteOrphans(
-          E,
-          D,
-          rows.map((r) => Number(r.event_seq)),
-        );
-        return affected;
-      },
-      { transaction: true, deadlockRetries: 3 },
-    );
+    const { DL } = this;
+    const orphans = this.deleteOrphans.bind(this);
+    let total = 0;
+    for (;;) {
+      const { read, purged } = await this.dialect.run(
+        function* (): Plan<{ read: number; purged: number }> {
+          const { rows } =
+            yield sql`SELECT id, event_seq FROM ${DL} WHERE ${where} ORDER BY id LIMIT ${raw(String(ID_BATCH))}`;
+          if (rows.length === 0) return { read: 0, purged: 0 };
+          // The selector is checked again by the delete (a row replayed meanwhile is not here).
+          const { affected } =
+            yield sql`DELETE FROM ${DL} WHERE id IN (${list(rows.map((r) => r.id))}) AND ${where}`;
+          yield* orphans(rows.map((r) => Number(r.event_seq)));
+          return { read: rows.length, purged: affected };
+        },
+        { transaction: true, deadlockRetries: 3 },
+      );
+      total += purged;
+      if (read < ID_BATCH) return total;
+    }
+  }
+
+  /**
+   * Deletes the events among `seqs` that no delivery or dead letter refers to any more. The
+   * condition is checked by the deleting statement itself, so an event whose dead letter was
+   * replayed a moment ago (its delivery is open again) stays.
+   */
+  private *deleteOrphans(seqs: number[], olderThan?: SqlText): Plan<number> {
+    const unique = [...new Set(seqs)];
+    let deleted = 0;
+    for (let i = 0; i < unique.length; i += ID_BATCH) {
+      const some = list(unique.slice(i, i + ID_BATCH));
+      const age = olderThan ? sql` AND available_at < ${olderThan}` : EMPTY;
+      const { affected } =
+        yield sql`DELETE FROM ${this.E} WHERE seq IN (${some}) AND NOT EXISTS (SELECT 1 FROM ${this.D} x WHERE x.event_seq = ${this.E}.seq) AND NOT EXISTS (SELECT 1 FROM ${this.DL} y WHERE y.event_seq = ${this.E}.seq)${age}`;
+      deleted += affected;
+    }
+    return deleted;
   }
 
   // ---------------------------------------------------------------- stats and cleanup
@@ -692,12 +738,13 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
   async stats(): Promise<OutboxStoreStats> {
     const d = this.dialect;
     const due = sql`d.status = 'pending' AND d.available_at <= ${d.now}`;
-    const { D } = this;
-    const [nowRows, rows] = await d.run(function* (): Plan<[Row[], Row[]]> {
+    const { D, DL } = this;
+    const [nowRows, rows, dead] = await d.run(function* (): Plan<[Row[], Row[], Row[]]> {
       const now = yield sql`SELECT ${d.timeOut(d.now)} AS now`;
       const groups =
-        yield sql`SELECT d.event_type, d.status, COUNT(*) AS n, SUM(CASE WHEN ${due} THEN 1 ELSE 0 END) AS due, ${d.timeOut(sql`MIN(CASE WHEN ${due} THEN d.available_at END)`)} AS oldest FROM ${D} d WHERE d.status IN ('pending', 'leased', 'dead') GROUP BY d.event_type, d.status`;
-      return [now.rows, groups.rows];
+        yield sql`SELECT d.event_type, d.status, COUNT(*) AS n, SUM(CASE WHEN ${due} THEN 1 ELSE 0 END) AS due, ${d.timeOut(sql`MIN(CASE WHEN ${due} THEN d.available_at END)`)} AS oldest FROM ${D} d GROUP BY d.event_type, d.status`;
+      const deadGroups = yield sql`SELECT event_type, COUNT(*) AS n FROM ${DL} GROUP BY event_type`;
+      return [now.rows, groups.rows, deadGroups.rows];
     });
     const now = d.readTime(nowRows[0]?.now).getTime();
     const stats: OutboxStoreStats = {
@@ -708,11 +755,18 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
       oldestPendingAgeMs: 0,
       byType: {},
     };
+    const of = (type: unknown) =>
+      (stats.byType[String(type)] ??= { pending: 0, leased: 0, dead: 0 });
+    for (const r of dead) {
+      const n = Number(r.n);
+      of(r.event_type).dead += n;
+      stats.dead += n;
+    }
     for (const r of rows) {
       const n = Number(r.n);
-      const status = String(r.status) as 'pending' | 'leased' | 'dead';
-      const t = (stats.byType[String(r.event_type)] ??= { pending: 0, leased: 0, dead: 0 });
-      t[status] += n;
+      const status = String(r.status) as 'pending' | 'leased';
+      if (status !== 'pending' && status !== 'leased') continue;
+      of(r.event_type)[status] += n;
       stats[status] += n;
       if (status === 'pending') {
         stats.due += Number(r.due ?? 0);
@@ -727,41 +781,52 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
     return stats;
   }
 
+  /**
+   * One bounded batch of each kind in one short transaction (the dispatcher's cleanup job calls
+   * again while batches come back full). Reads go through indexes on the retention clocks
+   * (`dead_at`, `available_at`): a run costs what it deletes, not the history it keeps.
+   */
   async cleanup(options: CleanupOptions): Promise<CleanupResult> {
+    const size = Math.max(1, Math.floor(options.batchSize));
+    return (await this.cleanupBatch(options, size)) ?? { events: 0, deadLetters: 0 };
+  }
+
+  /** One batch; `null` when another runner holds the cleanup lock. */
+  private cleanupBatch(options: CleanupOptions, size: number): Promise<CleanupResult | null> {
     const d = this.dialect;
-    const { D, E } = this;
+    const { DL, E } = this;
+    const orphans = this.deleteOrphans.bind(this);
     const lockName = `${d.tables.lockName}:cleanup`;
-    const batch = raw(String(Math.max(1, Math.floor(options.batchSize))));
+    const batch = raw(String(size));
     return d.run(
-      function* (): Plan<CleanupResult> {
-        const result: CleanupResult = { events: 0, deadLetters: 0 };
+      function* (): Plan<CleanupResult | null> {
         // One runner at a time: others skip this round instead of queueing on the same rows.
         const { rows: locked } = yield d.tryLock(lockName);
-        if (!isTruthy(locked[0]?.ok)) return result;
+        if (!isTruthy(locked[0]?.ok)) return null;
         const unlock = d.unlock(lockName);
         try {
+          const result: CleanupResult = { events: 0, deadLetters: 0 };
           if (options.deadLetterRetentionMs !== null) {
             const cutoff = d.plusMs(d.now, -options.deadLetterRetentionMs);
             const { rows } =
-              yield sql`SELECT id, event_seq FROM ${D} WHERE status = 'dead' AND done_at < ${cutoff} ORDER BY done_at LIMIT ${batch}`;
+              yield sql`SELECT id, event_seq FROM ${DL} WHERE dead_at < ${cutoff} ORDER BY dead_at LIMIT ${batch}`;
             if (rows.length > 0) {
-              yield sql`DELETE FROM ${D} WHERE id IN (${list(rows.map((r) => r.id))})`;
-              yield* deleteOrphans(
-                E,
-                D,
-                rows.map((r) => Number(r.event_seq)),
-              );
-              result.deadLetters = rows.length;
+              // The age is checked again by the delete: a row replayed meanwhile is gone from
+              // here, and one purged meanwhile is not counted twice.
+              const { affected } =
+                yield sql`DELETE FROM ${DL} WHERE id IN (${list(rows.map((r) => r.id))}) AND dead_at < ${cutoff}`;
+              yield* orphans(rows.map((r) => Number(r.event_seq)));
+              result.deadLetters = affected;
             }
           }
           const cutoff = d.plusMs(d.now, -options.deliveredRetentionMs);
           const { rows } =
-            yield sql`SELECT e.seq FROM ${E} e WHERE NOT EXISTS (SELECT 1 FROM ${D} x WHERE x.event_seq = e.seq AND (x.status <> 'delivered' OR x.done_at >= ${cutoff})) ORDER BY e.seq LIMIT ${batch}`;
+            yield sql`SELECT e.seq FROM ${E} e WHERE e.available_at < ${cutoff} AND NOT EXISTS (SELECT 1 FROM ${d.tables.deliveries} x WHERE x.event_seq = e.seq) AND NOT EXISTS (SELECT 1 FROM ${DL} y WHERE y.event_seq = e.seq) ORDER BY e.available_at LIMIT ${batch}`;
           if (rows.length > 0) {
-            const seqs = list(rows.map((r) => Number(r.seq)));
-            yield sql`DELETE FROM ${D} WHERE event_seq IN (${seqs})`;
-            yield sql`DELETE FROM ${E} WHERE seq IN (${seqs})`;
-            result.events = rows.length;
+            result.events = yield* orphans(
+              rows.map((r) => Number(r.seq)),
+              cutoff,
+            );
           }
           return result;
         } finally {
@@ -791,12 +856,6 @@ LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
       availableAt: this.dialect.readTime(r.available_at),
     };
   }
-}
-
-function* deleteOrphans(E: SqlText, D: SqlText, seqs: number[]): Plan<void> {
-  const unique = [...new Set(seqs)];
-  if (unique.length === 0) return;
-  yield sql`DELETE FROM ${E} WHERE seq IN (${list(unique)}) AND seq NOT IN (SELECT event_seq FROM ${D} WHERE event_seq IN (${list(unique)}))`;
 }
 
 /**
@@ -849,7 +908,8 @@ function orderLike(input: AppendableEvent[], stored: OutboxEvent[]): OutboxEvent
   return input.map((e) => byId.get(e.id.toLowerCase())!);
 }
 
-function toInsert(e: AppendableEvent): EventInsert {
+function toAppendRow(e: AppendableEvent): AppendRow {
+  const handlers = e.handlers.length > 0 ? [...new Set(e.handlers)] : [UNEXPANDED_HANDLER];
   return {
     id: e.id,
     type: e.type,
@@ -858,13 +918,14 @@ function toInsert(e: AppendableEvent): EventInsert {
     headers: JSON.stringify(e.headers ?? {}),
     occurredAt: e.occurredAt,
     availableAt: e.availableAt,
+    deliveries: handlers.map((handler) => ({ id: randomUUID(), handler })),
   };
 }
 
 /** Splits rows so one INSERT stays under the dialect's statement size (MySQL packets). */
-function chunkBySize(rows: EventInsert[], maxBytes: number): EventInsert[][] {
-  const chunks: EventInsert[][] = [];
-  let current: EventInsert[] = [];
+function chunkBySize(rows: AppendRow[], maxBytes: number): AppendRow[][] {
+  const chunks: AppendRow[][] = [];
+  let current: AppendRow[] = [];
   let size = 0;
   for (const row of rows) {
     const bytes =

@@ -26,7 +26,10 @@ export interface OutboxTableNames {
   prefix: string;
   schema: string | null;
   events: SqlText;
+  /** Open work only (pending and leased deliveries): the only table the claim reads. */
   deliveries: SqlText;
+  /** Dead letters, moved out of `deliveries` so the claim never passes over them. */
+  deadLetters: SqlText;
   version: SqlText;
   /** A quoted name derived from the prefix (indexes, constraints), unqualified. */
   name(suffix: string): SqlText;
@@ -70,6 +73,7 @@ export function tableNames(
     schema: useSchema ? schema : null,
     events: qualified(`${prefix}events`),
     deliveries: qualified(`${prefix}deliveries`),
+    deadLetters: qualified(`${prefix}dead_letters`),
     version: qualified(`${prefix}schema_version`),
     name: (suffix) => raw(q(`${prefix}${suffix}`.slice(0, DERIVED_NAME_MAX))),
     lockName: `nestjs-outbox:${useSchema && schema ? `${schema}.` : ''}${prefix}`,

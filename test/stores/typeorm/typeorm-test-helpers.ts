@@ -63,6 +63,7 @@ export async function storeFor(dataSource: DataSource, prefix: string) {
     store,
     async empty(): Promise<void> {
       await dataSource.query(`DELETE FROM ${dialect.tables.deliveries.text}`);
+      await dataSource.query(`DELETE FROM ${dialect.tables.deadLetters.text}`);
       await dataSource.query(`DELETE FROM ${dialect.tables.events.text}`);
     },
     async drop(): Promise<void> {

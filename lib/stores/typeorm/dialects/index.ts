@@ -35,7 +35,7 @@ export function outboxTableNames(name: DialectName, options: OutboxTableOptions)
 export function schemaStatements(
   name: DialectName,
   options: OutboxTableOptions,
-): { create: string[]; drop: string[] } {
+): { create: string[]; drop: string[]; upgrade: string[] } {
   const tables = outboxTableNames(name, options);
   return name === 'postgres'
     ? postgresDdl(tables)

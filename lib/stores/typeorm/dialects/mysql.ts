@@ -6,8 +6,13 @@ import {
   ClaimPlanRequest,
   DialectContext,
   driverError,
-  EventInsert,
+  AppendRow,
   InsertedEvent,
+  insertDeliveries,
+  LeaseRef,
+  leasePairs,
+  moveByIds,
+  RowMove,
   Plan,
   QueryRunnerDialect,
   Row,
@@ -20,9 +25,14 @@ import {
  * and read as text so neither the session time zone nor the driver's `timezone` option can shift
  * them. Text is utf8mb4 with binary collation, so names compare exactly as in JavaScript.
  */
-export function mysqlDdl(t: OutboxTableNames): { create: string[]; drop: string[] } {
+export function mysqlDdl(t: OutboxTableNames): {
+  create: string[];
+  drop: string[];
+  upgrade: string[];
+} {
   const E = t.events.text;
   const D = t.deliveries.text;
+  const DL = t.deadLetters.text;
   const n = (s: string) => t.name(s).text;
   const table = 'ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin';
   const uuid = 'CHAR(36) CHARACTER SET ascii COLLATE ascii_bin';
@@ -37,7 +47,8 @@ export function mysqlDdl(t: OutboxTableNames): { create: string[]; drop: string[
   headers MEDIUMTEXT NOT NULL,
   occurred_at DATETIME(3) NOT NULL,
   available_at DATETIME(3) NOT NULL,
-  UNIQUE KEY ${n('events_id_uq')} (id)
+  UNIQUE KEY ${n('events_id_uq')} (id),
+  KEY ${n('events_available_idx')} (available_at)
 ) ${table}`,
     `CREATE TABLE IF NOT EXISTS ${D} (
   id ${uuid} NOT NULL PRIMARY KEY,
@@ -56,8 +67,20 @@ export function mysqlDdl(t: OutboxTableNames): { create: string[]; drop: string[
   done_at DATETIME(3) NULL,
   UNIQUE KEY ${n('deliveries_event_handler_uq')} (event_seq, handler),
   KEY ${n('deliveries_claim_idx')} (status, handler, event_seq, available_at, lease_until),
-  KEY ${n('deliveries_key_idx')} (handler, event_key(400), status, event_seq),
-  KEY ${n('deliveries_done_idx')} (status, done_at, id)
+  KEY ${n('deliveries_key_idx')} (handler, event_key(400), status, event_seq)
+) ${table}`,
+    `CREATE TABLE IF NOT EXISTS ${DL} (
+  id ${uuid} NOT NULL PRIMARY KEY,
+  event_seq BIGINT UNSIGNED NOT NULL,
+  event_type VARCHAR(255) NOT NULL,
+  event_key VARCHAR(512) NULL,
+  handler VARCHAR(255) NOT NULL,
+  attempts INT NOT NULL,
+  reason VARCHAR(16) NOT NULL,
+  errors LONGTEXT NOT NULL,
+  dead_at DATETIME(3) NOT NULL,
+  KEY ${n('dead_letters_dead_idx')} (dead_at, id),
+  KEY ${n('dead_letters_event_idx')} (event_seq)
 ) ${table}`,
     `CREATE TABLE IF NOT EXISTS ${t.version.text} (
   version INT NOT NULL,
@@ -66,10 +89,19 @@ export function mysqlDdl(t: OutboxTableNames): { create: string[]; drop: string[
   ];
   const drop = [
     `DROP TABLE IF EXISTS ${D}`,
+    `DROP TABLE IF EXISTS ${DL}`,
     `DROP TABLE IF EXISTS ${E}`,
     `DROP TABLE IF EXISTS ${t.version.text}`,
   ];
-  return { create, drop };
+  // Version 1 kept delivered and dead rows in `deliveries`. MySQL has no `IF [NOT] EXISTS` for
+  // indexes: the schema runner skips "duplicate key name" and "can't drop" answers.
+  const upgrade = [
+    `INSERT IGNORE INTO ${DL} (id, event_seq, event_type, event_key, handler, attempts, reason, errors, dead_at) SELECT id, event_seq, event_type, event_key, handler, attempts, COALESCE(reason, 'exhausted'), errors, COALESCE(done_at, UTC_TIMESTAMP(3)) FROM ${D} WHERE status = 'dead'`,
+    `DELETE FROM ${D} WHERE status NOT IN ('pending', 'leased')`,
+    `ALTER TABLE ${E} ADD KEY ${n('events_available_idx')} (available_at)`,
+    `ALTER TABLE ${D} DROP KEY ${n('deliveries_done_idx')}`,
+  ];
+  return { create, drop, upgrade };
 }
 
 const LOCK_TAG = 'nestjs-outbox:';
@@ -102,9 +134,13 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     deadlockRetries: 5,
   };
 
+  /** MariaDB has `INSERT/DELETE … RETURNING`; MySQL does not. */
+  private readonly mariadb: boolean;
+
   constructor(ctx: DialectContext) {
     super(ctx);
     this.tables = ctx.tables;
+    this.mariadb = ctx.dataSource.options.type === 'mariadb';
   }
 
   protected compile(stmt: SqlText): { text: string; params: unknown[] } {
@@ -122,6 +158,20 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
       e.code === 'ER_LOCK_DEADLOCK' ||
       e.code === 'ER_LOCK_WAIT_TIMEOUT'
     );
+  }
+
+  lockTimeout(): null {
+    return null;
+  }
+
+  isLockTimeout(): boolean {
+    return false;
+  }
+
+  isRedundantDdl(error: unknown): boolean {
+    const e = driverError(error);
+    // ER_DUP_KEYNAME, ER_CANT_DROP_FIELD_OR_KEY
+    return e.errno === 1061 || e.errno === 1091;
   }
 
   isUniqueViolation(error: unknown): boolean {
@@ -161,21 +211,62 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`JSON_ARRAY_APPEND(IF(JSON_LENGTH(${column}) >= ${raw(String(keep))}, JSON_REMOVE(${column}, '$[0]'), ${column}), '$', JSON_OBJECT('name', ${e.name}, 'message', ${e.message}, 'attempt', ${e.attempt}, 'workerId', ${e.workerId}, 'at', ${this.nowMs}))`;
   }
 
-  *insertEvents(events: EventInsert[]): Plan<Map<string, InsertedEvent>> {
-    const values = events.map(
+  *appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>> {
+    const values = rows.map(
       (e) =>
         sql`(${e.id}, ${e.type}, ${e.key}, ${e.payload}, ${e.headers}, ${this.time(e.occurredAt)}, ${e.availableAt ? this.time(e.availableAt) : this.now})`,
     );
-    yield sql`INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at) VALUES ${join(values)}`;
-    // No RETURNING on MySQL, and AUTO_INCREMENT values of one statement need not be consecutive.
-    const { rows } =
-      yield sql`SELECT id, seq, ${this.timeOut(raw('available_at'))} AS available_at FROM ${this.tables.events} WHERE id IN (${list(events.map((e) => e.id))})`;
-    return new Map(
-      rows.map((r) => [
-        String(r.id),
+    // A duplicate id fails this first statement, which InnoDB undoes alone (the transaction
+    // stays usable). MariaDB returns the new rows; MySQL has no RETURNING and AUTO_INCREMENT
+    // values of one statement need not be consecutive, so it reads them back.
+    const insert = sql`INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at) VALUES ${join(values)}`;
+    const columns = sql`id, seq, ${this.timeOut(raw('available_at'))} AS available_at`;
+    let inserted: Row[];
+    if (this.mariadb) {
+      inserted = (yield sql`${insert} RETURNING ${columns}`).rows;
+    } else {
+      yield insert;
+      inserted =
+        (yield sql`SELECT ${columns} FROM ${this.tables.events} WHERE id IN (${list(rows.map((e) => e.id))})`)
+          .rows;
+    }
+    const byId = new Map(
+      inserted.map((r) => [
+        String(r.id).toLowerCase(),
         { seq: Number(r.seq), availableAt: this.readTime(r.available_at) },
       ]),
     );
+    yield* insertDeliveries(this, rows, byId);
+    return byId;
+  }
+
+  // READ COMMITTED: the locking reads take no gap locks for ids that are gone.
+  readonly moveRunOptions: RunOptions = {
+    transaction: true,
+    isolation: 'READ COMMITTED',
+    deadlockRetries: 3,
+  };
+
+  get deleteLeasedRunOptions(): RunOptions {
+    return this.mariadb ? {} : this.moveRunOptions;
+  }
+
+  moveRows(move: RowMove): Plan<Row[]> {
+    return moveByIds(move, raw('FOR UPDATE'));
+  }
+
+  /**
+   * MariaDB: one `DELETE … RETURNING`. MySQL has no RETURNING: it locks the owned-and-live rows
+   * first (by primary key) and deletes exactly those; nobody can claim a locked row, so its lease
+   * is still ours when the DELETE runs.
+   */
+  *deleteLeased(leases: readonly LeaseRef[]): Plan<Row[]> {
+    const D = this.tables.deliveries;
+    const where = sql`id IN (${list(leases.map((l) => l.deliveryId))}) AND status = 'leased' AND lease_until > ${this.now} AND (${leasePairs(leases)})`;
+    if (this.mariadb) return (yield sql`DELETE FROM ${D} WHERE ${where} RETURNING id`).rows;
+    const { rows } = yield sql`SELECT id FROM ${D} ${this.byId} WHERE ${where} FOR UPDATE`;
+    if (rows.length > 0) yield sql`DELETE FROM ${D} WHERE id IN (${list(rows.map((r) => r.id))})`;
+    return rows;
   }
 
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
@@ -225,5 +316,9 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   dropSchema(): string[] {
     return mysqlDdl(this.tables).drop;
+  }
+
+  upgradeSchema(): string[] {
+    return mysqlDdl(this.tables).upgrade;
   }
 }

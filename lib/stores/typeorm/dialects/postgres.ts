@@ -6,8 +6,10 @@ import {
   ClaimPlanRequest,
   DialectContext,
   driverError,
-  EventInsert,
+  AppendRow,
   InsertedEvent,
+  LeaseRef,
+  RowMove,
   Plan,
   QueryRunnerDialect,
   Row,
@@ -15,10 +17,19 @@ import {
   SqlDialect,
 } from './sql-dialect';
 
-/** PostgreSQL 12+ (tested on 15): `timestamptz(3)`, `json` payloads, partial indexes. */
-export function postgresDdl(t: OutboxTableNames): { create: string[]; drop: string[] } {
+/**
+ * PostgreSQL 12+ (tested on 15): `timestamptz(3)`, `json` payloads, partial indexes.
+ * `deliveries` holds open work only (acknowledged rows are deleted, dead letters moved to
+ * `dead_letters`), so the claim's cost does not grow with retained history.
+ */
+export function postgresDdl(t: OutboxTableNames): {
+  create: string[];
+  drop: string[];
+  upgrade: string[];
+} {
   const E = t.events.text;
   const D = t.deliveries.text;
+  const DL = t.deadLetters.text;
   const n = (s: string) => t.name(s).text;
   const create = [
     ...(t.schema ? [`CREATE SCHEMA IF NOT EXISTS "${t.schema}"`] : []),
@@ -51,11 +62,23 @@ export function postgresDdl(t: OutboxTableNames): { create: string[]; drop: stri
   done_at TIMESTAMPTZ(3),
   CONSTRAINT ${n('deliveries_event_handler_uq')} UNIQUE (event_seq, handler)
 )`,
-    // The claim reads only this index: the pending/leased set stays small however many
-    // delivered rows wait for cleanup.
     `CREATE INDEX IF NOT EXISTS ${n('deliveries_claim_idx')} ON ${D} (handler, event_seq) INCLUDE (id, status, available_at, lease_until, event_key) WHERE status IN ('pending', 'leased')`,
     `CREATE INDEX IF NOT EXISTS ${n('deliveries_key_idx')} ON ${D} (handler, event_key, event_seq) WHERE status IN ('pending', 'leased') AND event_key IS NOT NULL`,
-    `CREATE INDEX IF NOT EXISTS ${n('deliveries_done_idx')} ON ${D} (status, done_at, id) WHERE status IN ('delivered', 'dead')`,
+    `CREATE TABLE IF NOT EXISTS ${DL} (
+  id UUID PRIMARY KEY,
+  event_seq BIGINT NOT NULL,
+  event_type VARCHAR(255) NOT NULL,
+  event_key VARCHAR(512),
+  handler VARCHAR(255) NOT NULL,
+  attempts INTEGER NOT NULL,
+  reason VARCHAR(16) NOT NULL,
+  errors JSONB NOT NULL DEFAULT '[]',
+  dead_at TIMESTAMPTZ(3) NOT NULL
+)`,
+    `CREATE INDEX IF NOT EXISTS ${n('dead_letters_dead_idx')} ON ${DL} (dead_at, id)`,
+    `CREATE INDEX IF NOT EXISTS ${n('dead_letters_event_idx')} ON ${DL} (event_seq)`,
+    // Retention walks events by due time, reading only those old enough to go.
+    `CREATE INDEX IF NOT EXISTS ${n('events_available_idx')} ON ${E} (available_at)`,
     `CREATE TABLE IF NOT EXISTS ${t.version.text} (
   version INTEGER NOT NULL,
   applied_at TIMESTAMPTZ(3) NOT NULL DEFAULT now()
@@ -63,10 +86,17 @@ export function postgresDdl(t: OutboxTableNames): { create: string[]; drop: stri
   ];
   const drop = [
     `DROP TABLE IF EXISTS ${D}`,
+    `DROP TABLE IF EXISTS ${DL}`,
     `DROP TABLE IF EXISTS ${E}`,
     `DROP TABLE IF EXISTS ${t.version.text}`,
   ];
-  return { create, drop };
+  // Version 1 kept delivered and dead rows in `deliveries`.
+  const upgrade = [
+    `INSERT INTO ${DL} (id, event_seq, event_type, event_key, handler, attempts, reason, errors, dead_at) SELECT id, event_seq, event_type, event_key, handler, attempts, COALESCE(reason, 'exhausted'), errors, COALESCE(done_at, now()) FROM ${D} WHERE status = 'dead' ON CONFLICT (id) DO NOTHING`,
+    `DELETE FROM ${D} WHERE status NOT IN ('pending', 'leased')`,
+    `DROP INDEX IF EXISTS ${t.schema ? `"${t.schema}".` : ''}${n('deliveries_done_idx')}`,
+  ];
+  return { create, drop, upgrade };
 }
 
 export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
@@ -94,6 +124,18 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   protected isDeadlock(error: unknown): boolean {
     const code = driverError(error).code;
     return code === '40P01' || code === '40001';
+  }
+
+  lockTimeout(seconds: number): SqlText {
+    return raw(`SET LOCAL lock_timeout = '${Math.floor(seconds)}s'`);
+  }
+
+  isLockTimeout(error: unknown): boolean {
+    return driverError(error).code === '55P03';
+  }
+
+  isRedundantDdl(): boolean {
+    return false;
   }
 
   isUniqueViolation(error: unknown): boolean {
@@ -132,19 +174,54 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`(CASE WHEN jsonb_array_length(${column}) >= ${raw(String(keep))} THEN ${column} - 0 ELSE ${column} END) || jsonb_build_array(jsonb_build_object('name', ${e.name}::text, 'message', ${e.message}::text, 'attempt', ${e.attempt}::int, 'workerId', ${e.workerId}::text, 'at', ${this.nowMs}))`;
   }
 
-  *insertEvents(events: EventInsert[]): Plan<Map<string, InsertedEvent>> {
-    const values = events.map(
-      (e) =>
-        sql`(${e.id}, ${e.type}, ${e.key}, ${e.payload}, ${e.headers}, ${this.time(e.occurredAt)}, ${e.availableAt ? this.time(e.availableAt) : this.now})`,
-    );
-    const { rows } =
-      yield sql`INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at) VALUES ${join(values)} RETURNING id, seq, available_at`;
+  /**
+   * One statement for the whole batch, whatever its size: arrays instead of a VALUES list, so the
+   * text is fixed; existing ids are skipped by `ON CONFLICT`, so a duplicate never aborts the
+   * caller's transaction and no savepoint is needed.
+   */
+  *appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>> {
+    const deliveries = rows.flatMap((r) => r.deliveries.map((d) => ({ ...d, eventId: r.id })));
+    const { rows: inserted } = yield sql`WITH input AS (
+  SELECT * FROM unnest(${rows.map((r) => r.id)}::uuid[], ${rows.map((r) => r.type)}::text[], ${rows.map((r) => r.key)}::text[], ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[], ${rows.map((r) => r.occurredAt.toISOString())}::timestamptz[], ${rows.map((r) => r.availableAt?.toISOString() ?? null)}::timestamptz[])
+    WITH ORDINALITY AS i(id, type, event_key, payload, headers, occurred_at, available_at, n)
+), ev AS (
+  INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at)
+  SELECT id, type, event_key, payload::json, headers::json, occurred_at, COALESCE(available_at, now()) FROM input ORDER BY n
+  ON CONFLICT (id) DO NOTHING
+  RETURNING seq, id, type, event_key, available_at
+), dl AS (
+  INSERT INTO ${this.tables.deliveries} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors)
+  SELECT h.id, ev.seq, ev.type, ev.event_key, h.handler, 'pending', 0, ev.available_at, '[]'
+  FROM ev JOIN unnest(${deliveries.map((d) => d.eventId)}::uuid[], ${deliveries.map((d) => d.id)}::uuid[], ${deliveries.map((d) => d.handler)}::text[]) AS h(event_id, id, handler) ON h.event_id = ev.id
+)
+SELECT id, seq, available_at FROM ev`;
     return new Map(
-      rows.map((r) => [
-        String(r.id),
+      inserted.map((r) => [
+        String(r.id).toLowerCase(),
         { seq: Number(r.seq), availableAt: this.readTime(r.available_at) },
       ]),
     );
+  }
+
+  readonly moveRunOptions: RunOptions = {};
+  readonly deleteLeasedRunOptions: RunOptions = {};
+
+  *moveRows(move: RowMove): Plan<Row[]> {
+    const pick = move.limit
+      ? sql`id IN (SELECT id FROM ${move.from} WHERE ${move.where} ORDER BY id LIMIT ${raw(String(Math.floor(move.limit)))} FOR UPDATE SKIP LOCKED)`
+      : move.where;
+    const { rows } =
+      yield sql`WITH moved AS (DELETE FROM ${move.from} WHERE ${pick} RETURNING *) INSERT INTO ${move.to} (${raw(move.columns)}) SELECT ${move.values} FROM moved RETURNING id`;
+    return rows;
+  }
+
+  /** One statement of fixed text for any number of leases (arrays, not an OR list). */
+  *deleteLeased(leases: readonly LeaseRef[]): Plan<Row[]> {
+    const { rows } = yield sql`DELETE FROM ${this.tables.deliveries} AS d
+USING unnest(${leases.map((l) => l.deliveryId)}::uuid[], ${leases.map((l) => l.owner)}::text[], ${leases.map((l) => l.token)}::text[]) AS l(id, owner, token)
+WHERE d.id = l.id AND d.lease_owner = l.owner AND d.lease_token = l.token AND d.status = 'leased' AND d.lease_until > now()
+RETURNING d.id`;
+    return rows;
   }
 
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
@@ -188,5 +265,9 @@ RETURNING ${columns}`;
 
   dropSchema(): string[] {
     return postgresDdl(this.tables).drop;
+  }
+
+  upgradeSchema(): string[] {
+    return postgresDdl(this.tables).upgrade;
   }
 }

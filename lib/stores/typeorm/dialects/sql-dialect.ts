@@ -1,5 +1,5 @@
 import type { DataSource, QueryRunner } from 'typeorm';
-import { SqlText } from '../sql';
+import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
 import { OutboxTableNames } from '../typeorm-outbox.tables';
 
 export type Row = Record<string, any>;
@@ -40,6 +40,11 @@ export interface InsertedEvent {
   availableAt: Date;
 }
 
+/** An event to append with the deliveries it starts with (ids made by the library). */
+export interface AppendRow extends EventInsert {
+  deliveries: Array<{ id: string; handler: string }>;
+}
+
 export interface ClaimPlanRequest {
   handlers: string[];
   limit: number;
@@ -58,6 +63,46 @@ export type ClaimCandidates = (options: {
   lock: boolean;
   within?: unknown[];
 }) => SqlText;
+
+export interface RowMove {
+  from: SqlText;
+  to: SqlText;
+  where: SqlText;
+  limit?: number;
+  columns: string;
+  values: SqlText;
+}
+
+/** A lease as the SQL operations need it. */
+export interface LeaseRef {
+  deliveryId: string;
+  owner: string;
+  token: string;
+}
+
+/** `(id = ? AND lease_owner = ? AND lease_token = ?) OR …` for dialects without arrays. */
+export function leasePairs(leases: readonly LeaseRef[]): SqlText {
+  return join(
+    leases.map(
+      (l) => sql`(id = ${l.deliveryId} AND lease_owner = ${l.owner} AND lease_token = ${l.token})`,
+    ),
+    ' OR ',
+  );
+}
+
+/**
+ * `moveRows` for dialects without `DELETE … RETURNING` in a CTE: pick (and, with `lock`, lock)
+ * the ids, copy those rows, delete them. Runs inside a transaction.
+ */
+export function* moveByIds(move: RowMove, lock: SqlText): Plan<Row[]> {
+  const limit = move.limit ? sql` ORDER BY id LIMIT ${raw(String(Math.floor(move.limit)))}` : EMPTY;
+  const { rows } = yield sql`SELECT id FROM ${move.from} WHERE ${move.where}${limit} ${lock}`;
+  if (rows.length === 0) return [];
+  const ids = list(rows.map((r) => r.id));
+  yield sql`INSERT INTO ${move.to} (${raw(move.columns)}) SELECT ${move.values} FROM ${move.from} WHERE id IN (${ids})`;
+  yield sql`DELETE FROM ${move.from} WHERE id IN (${ids})`;
+  return rows;
+}
 
 export type DialectName = 'postgres' | 'mysql' | 'sqlite';
 
@@ -89,6 +134,21 @@ export interface SqlDialect {
     error: { name: string; message: string; attempt: number; workerId: string },
     keep: number,
   ): SqlText;
+  /**
+   * Moves the rows of `from` matching `where` (at most `limit`, when given) into `to` in one
+   * transaction or statement: `values` is the select list over the source row (`columns` order).
+   * Returns the moved ids. Rows another transaction holds are skipped or waited for, never
+   * moved twice.
+   */
+  moveRows(move: RowMove): Plan<Row[]>;
+  /** Whether `moveRows` needs a transaction around it (more than one statement). */
+  readonly moveRunOptions: RunOptions;
+  /**
+   * Deletes the leased deliveries whose lease (owner, token) still holds and is live; returns
+   * their ids. One statement where the dialect allows it.
+   */
+  deleteLeased(leases: readonly LeaseRef[]): Plan<Row[]>;
+  readonly deleteLeasedRunOptions: RunOptions;
   /** Row-locking suffix for claim candidates. */
   readonly skipLocked: SqlText;
   /**
@@ -101,7 +161,12 @@ export interface SqlDialect {
   /** Largest payload bytes put in one INSERT (MySQL's max_allowed_packet). */
   readonly maxStatementBytes: number;
 
-  insertEvents(events: EventInsert[]): Plan<Map<string, InsertedEvent>>;
+  /**
+   * Inserts events with their deliveries; returns those it inserted, by lower-cased id. An id that
+   * exists already is either skipped (absent from the result) or fails the first statement with a
+   * unique violation before anything is written; either way nothing of that event is written.
+   */
+  appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>>;
   /**
    * Leases the deliveries `candidates` selects and returns `columns` (over aliases `d` for the
    * delivery and `e` for its event) of each claimed row.
@@ -116,16 +181,50 @@ export interface SqlDialect {
   /** DDL that creates everything (idempotent, `IF NOT EXISTS`). */
   createSchema(): string[];
   dropSchema(): string[];
+  /** Statement bounding how long this transaction waits for table locks, where supported. */
+  lockTimeout(seconds: number): SqlText | null;
+  isLockTimeout(error: unknown): boolean;
+  /** DDL/DML bringing version-1 tables to the current layout (idempotent). */
+  upgradeSchema(): string[];
+  /** An "already there / already gone" answer to an index DDL the dialect cannot guard. */
+  isRedundantDdl(error: unknown): boolean;
 
   run<T>(plan: () => Plan<T>, options?: RunOptions): Promise<T>;
-  /** Runs inside the caller's open transaction, under a savepoint so a failure leaves it usable. */
-  runInTransaction<T>(runner: QueryRunner, plan: () => Plan<T>): Promise<T>;
+  /**
+   * Runs on the caller's query runner, inside whatever transaction it has open. No savepoint:
+   * plans run this way are written so that a failing statement writes nothing that needs undoing.
+   */
+  runOn<T>(runner: QueryRunner, plan: () => Plan<T>): Promise<T>;
   isUniqueViolation(error: unknown): boolean;
 }
 
 export interface DialectContext {
   dataSource: DataSource;
   tables: OutboxTableNames;
+}
+
+/** Delivery rows per INSERT; keeps every dialect under its bound-parameter limit. */
+const DELIVERY_ROWS_PER_INSERT = 2000;
+
+/** Inserts the deliveries of freshly inserted events (VALUES-list dialects). */
+export function* insertDeliveries(
+  d: SqlDialect,
+  rows: AppendRow[],
+  inserted: Map<string, InsertedEvent>,
+): Plan<void> {
+  const values: SqlText[] = [];
+  for (const row of rows) {
+    const event = inserted.get(row.id.toLowerCase());
+    if (!event) continue;
+    for (const delivery of row.deliveries) {
+      values.push(
+        sql`(${delivery.id}, ${event.seq}, ${row.type}, ${row.key}, ${delivery.handler}, 'pending', 0, ${d.time(event.availableAt)}, '[]')`,
+      );
+    }
+  }
+  for (let i = 0; i < values.length; i += DELIVERY_ROWS_PER_INSERT) {
+    yield sql`INSERT INTO ${d.tables.deliveries} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors) VALUES ${join(values.slice(i, i + DELIVERY_ROWS_PER_INSERT))}`;
+  }
 }
 
 /** Drives a plan with an async executor. Errors are thrown into the plan so it can react. */
@@ -167,8 +266,6 @@ export function driverError(error: unknown): { code?: unknown; errno?: unknown; 
   const e = error as { driverError?: unknown };
   return ((e && typeof e === 'object' && e.driverError) || error || {}) as any;
 }
-
-const SAVEPOINT = 'nestjs_outbox_append';
 
 /**
  * Shared by the server dialects: statements go through TypeORM query runners, whose drivers
@@ -215,16 +312,7 @@ export abstract class QueryRunnerDialect {
     }
   }
 
-  async runInTransaction<T>(runner: QueryRunner, plan: () => Plan<T>): Promise<T> {
-    await runner.query(`SAVEPOINT ${SAVEPOINT}`);
-    try {
-      const result = await driveAsync(plan(), (s) => this.exec(runner, s));
-      await runner.query(`RELEASE SAVEPOINT ${SAVEPOINT}`);
-      return result;
-    } catch (error) {
-      await runner.query(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
-      await runner.query(`RELEASE SAVEPOINT ${SAVEPOINT}`);
-      throw error;
-    }
+  runOn<T>(runner: QueryRunner, plan: () => Plan<T>): Promise<T> {
+    return driveAsync(plan(), (s) => this.exec(runner, s));
   }
 }

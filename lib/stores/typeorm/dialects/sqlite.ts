@@ -1,6 +1,6 @@
 import { OUTBOX_ERROR_HISTORY } from '../../../outbox.constants';
 import { OutboxOptionsError } from '../../../errors/outbox-options.error';
-import { join, list, raw, sql, SqlText } from '../sql';
+import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
 import { OutboxTableNames } from '../typeorm-outbox.tables';
 import {
   ClaimCandidates,
@@ -8,8 +8,13 @@ import {
   DialectContext,
   driveSync,
   driverError,
-  EventInsert,
+  AppendRow,
   InsertedEvent,
+  insertDeliveries,
+  LeaseRef,
+  leasePairs,
+  moveByIds,
+  RowMove,
   Plan,
   QueryRunnerDialect,
   Row,
@@ -19,9 +24,14 @@ import {
 } from './sql-dialect';
 
 /** SQLite 3.42+ through better-sqlite3. Times are epoch milliseconds (INTEGER). */
-export function sqliteDdl(t: OutboxTableNames): { create: string[]; drop: string[] } {
+export function sqliteDdl(t: OutboxTableNames): {
+  create: string[];
+  drop: string[];
+  upgrade: string[];
+} {
   const E = t.events.text;
   const D = t.deliveries.text;
+  const DL = t.deadLetters.text;
   const n = (s: string) => t.name(s).text;
   const create = [
     // AUTOINCREMENT: a sequence number is never reused after cleanup deletes the newest rows.
@@ -54,15 +64,35 @@ export function sqliteDdl(t: OutboxTableNames): { create: string[]; drop: string
 )`,
     `CREATE INDEX IF NOT EXISTS ${n('deliveries_claim_idx')} ON ${D} (handler, event_seq, status, available_at, lease_until, event_key, id) WHERE status IN ('pending', 'leased')`,
     `CREATE INDEX IF NOT EXISTS ${n('deliveries_key_idx')} ON ${D} (handler, event_key, event_seq) WHERE status IN ('pending', 'leased') AND event_key IS NOT NULL`,
-    `CREATE INDEX IF NOT EXISTS ${n('deliveries_done_idx')} ON ${D} (status, done_at, id) WHERE status IN ('delivered', 'dead')`,
+    `CREATE TABLE IF NOT EXISTS ${DL} (
+  id TEXT PRIMARY KEY,
+  event_seq INTEGER NOT NULL,
+  event_type TEXT NOT NULL,
+  event_key TEXT,
+  handler TEXT NOT NULL,
+  attempts INTEGER NOT NULL,
+  reason TEXT NOT NULL,
+  errors TEXT NOT NULL DEFAULT '[]',
+  dead_at INTEGER NOT NULL
+)`,
+    `CREATE INDEX IF NOT EXISTS ${n('dead_letters_dead_idx')} ON ${DL} (dead_at, id)`,
+    `CREATE INDEX IF NOT EXISTS ${n('dead_letters_event_idx')} ON ${DL} (event_seq)`,
+    `CREATE INDEX IF NOT EXISTS ${n('events_available_idx')} ON ${E} (available_at)`,
     `CREATE TABLE IF NOT EXISTS ${t.version.text} (version INTEGER NOT NULL, applied_at INTEGER)`,
   ];
   const drop = [
     `DROP TABLE IF EXISTS ${D}`,
+    `DROP TABLE IF EXISTS ${DL}`,
     `DROP TABLE IF EXISTS ${E}`,
     `DROP TABLE IF EXISTS ${t.version.text}`,
   ];
-  return { create, drop };
+  // Version 1 kept delivered and dead rows in `deliveries`.
+  const upgrade = [
+    `INSERT OR IGNORE INTO ${DL} (id, event_seq, event_type, event_key, handler, attempts, reason, errors, dead_at) SELECT id, event_seq, event_type, event_key, handler, attempts, COALESCE(reason, 'exhausted'), errors, COALESCE(done_at, CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)) FROM ${D} WHERE status = 'dead'`,
+    `DELETE FROM ${D} WHERE status NOT IN ('pending', 'leased')`,
+    `DROP INDEX IF EXISTS ${n('deliveries_done_idx')}`,
+  ];
+  return { create, drop, upgrade };
 }
 
 interface BetterSqliteStatement {
@@ -121,6 +151,18 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
   }
 
   protected isDeadlock(): boolean {
+    return false;
+  }
+
+  lockTimeout(): null {
+    return null;
+  }
+
+  isLockTimeout(): boolean {
+    return false;
+  }
+
+  isRedundantDdl(): boolean {
     return false;
   }
 
@@ -191,19 +233,36 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`json_insert(CASE WHEN json_array_length(${column}) >= ${raw(String(keep))} THEN json_remove(${column}, '$[0]') ELSE ${column} END, '$[#]', json_object('name', ${e.name}, 'message', ${e.message}, 'attempt', ${e.attempt}, 'workerId', ${e.workerId}, 'at', ${this.nowMs}))`;
   }
 
-  *insertEvents(events: EventInsert[]): Plan<Map<string, InsertedEvent>> {
-    const values = events.map(
+  *appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>> {
+    const values = rows.map(
       (e) =>
         sql`(${e.id}, ${e.type}, ${e.key}, ${e.payload}, ${e.headers}, ${this.time(e.occurredAt)}, ${e.availableAt ? this.time(e.availableAt) : this.now})`,
     );
-    const { rows } =
+    // A duplicate id fails this first statement, which SQLite undoes alone.
+    const { rows: inserted } =
       yield sql`INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at) VALUES ${join(values)} RETURNING id, seq, available_at`;
-    return new Map(
-      rows.map((r) => [
-        String(r.id),
+    const byId = new Map(
+      inserted.map((r) => [
+        String(r.id).toLowerCase(),
         { seq: Number(r.seq), availableAt: this.readTime(r.available_at) },
       ]),
     );
+    yield* insertDeliveries(this, rows, byId);
+    return byId;
+  }
+
+  readonly moveRunOptions: RunOptions = { transaction: true };
+  readonly deleteLeasedRunOptions: RunOptions = {};
+
+  moveRows(move: RowMove): Plan<Row[]> {
+    // The immediate transaction around it already excludes every other writer.
+    return moveByIds(move, EMPTY);
+  }
+
+  *deleteLeased(leases: readonly LeaseRef[]): Plan<Row[]> {
+    const { rows } =
+      yield sql`DELETE FROM ${this.tables.deliveries} WHERE id IN (${list(leases.map((l) => l.deliveryId))}) AND status = 'leased' AND lease_until > ${this.now} AND (${leasePairs(leases)}) RETURNING id`;
+    return rows;
   }
 
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
@@ -233,5 +292,9 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
 
   dropSchema(): string[] {
     return sqliteDdl(this.tables).drop;
+  }
+
+  upgradeSchema(): string[] {
+    return sqliteDdl(this.tables).upgrade;
   }
 }
