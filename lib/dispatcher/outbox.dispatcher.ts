@@ -9,7 +9,6 @@ import { ModuleRef } from '@nestjs/core';
 import type { SchedulerRegistry } from '@nestjs/schedule';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import { LeaseLostError } from '../errors/lease-lost.error';
-import { NonRetryableError } from '../errors/non-retryable.error';
 import { OutboxError } from '../errors/outbox.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxHandlerContext } from '../interfaces/outbox-handler.interface';
@@ -28,7 +27,9 @@ import {
 } from '../outbox.constants';
 import { OutboxHandlerRegistry, RegisteredHandler } from '../outbox-handler.registry';
 import { OutboxMessages } from '../outbox.messages';
-import { backoffDelay } from './backoff';
+import { decideOutcome, RunResult } from './delivery-outcome';
+import { KeptLease, LeaseKeeper } from './lease-keeper';
+import { OutcomeReporter } from './outcome-reporter';
 import { OutboxDispatcherStats } from './outbox-dispatcher.stats';
 
 /** Reason given to a handler's signal when the application shuts down under it. */
@@ -40,37 +41,59 @@ export class OutboxShutdownError extends OutboxError {
 
 /** Claims one worker may have in flight at once (see `poll`). */
 const MAX_CLAIMS_IN_FLIGHT = 2;
+/** How long one retention run keeps deleting full batches before it leaves the rest for the next. */
+const CLEANUP_BUDGET_MS = 10_000;
 
-interface InFlight {
-  promise: Promise<void>;
-  abort: AbortController;
+/** Where the dispatcher is in its life. */
+type DispatcherState = 'idle' | 'running' | 'stopping';
+
+/** One delivery this worker is running. */
+interface Run {
+  delivery: ClaimedDelivery;
+  handler: RegisteredHandler;
+  kept: KeptLease;
+  /** Local time after which the handler counts as timed out. */
+  deadline: number;
+  timeoutMs: number;
+  /** Created on first use of `context.signal`: most handlers never read it. */
+  controller: AbortController | null;
+  /** Why the run was stopped from outside (timeout, lease loss, shutdown). */
+  interruptedBy: unknown;
+  interrupt: (reason: unknown) => void;
+  done: Promise<void>;
 }
 
 /**
  * Claims deliveries for this process's handlers and runs them: leases renewed while a handler
  * runs, outcomes fenced by the store, retries with backoff, dead letters, graceful shutdown.
+ *
+ * Pipelined: a handler's slot frees when it returns; its outcome is written in the background
+ * (acks batched), so the next claim never waits for the last one's acks. One timer renews every
+ * running lease and one timer enforces every handler timeout.
  */
 @Injectable()
 export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('OutboxDispatcher');
   private readonly config: ResolvedOutboxOptions['dispatcher'];
-  private readonly inFlight = new Map<string, InFlight>();
+  /** Running handlers, by delivery id and lease token. */
+  private readonly runs = new Map<string, Run>();
+  /** Deliveries whose run was given up (lease lost, shutdown) while the handler still runs. */
+  private readonly abandoned = new Map<string, Promise<void>>();
+  private readonly keeper: LeaseKeeper;
+  private readonly reporter: OutcomeReporter;
   private scheduler: SchedulerRegistry | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
+  private timeoutTimer: NodeJS.Timeout | null = null;
+  private timeoutAt = Infinity;
   private unwatchAppends: (() => void) | null = null;
   private cleanupTimer: NodeJS.Timeout | null = null;
+  private cleaning: Promise<void> | null = null;
   private readonly polls = new Set<Promise<void>>();
-  private readonly pendingAcks: Array<{
-    lease: Lease;
-    resolve: () => void;
-    reject: (error: unknown) => void;
-  }> = [];
   /** Handler slots promised to claims in flight. */
   private reserved = 0;
-  private cleaning = false;
-  private running = false;
-  private stopping = false;
+  private state: DispatcherState = 'idle';
   private paused = false;
+  /** The last claim came back full: more is waiting. */
   private morePending = false;
   private consecutiveStoreErrors = 0;
   private backoffUntil = 0;
@@ -93,6 +116,10 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     private readonly moduleRef: ModuleRef,
   ) {
     this.config = options.dispatcher;
+    this.keeper = new LeaseKeeper(store, this.config.leaseMs, (lease, error) =>
+      this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error)),
+    );
+    this.reporter = new OutcomeReporter(store);
   }
 
   /** This worker's id. */
@@ -110,10 +137,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
 
   /** Starts polling (done at bootstrap unless `dispatcher.enabled` is false). */
   start(): void {
-    if (this.running) return;
+    if (this.state === 'running') return;
     this.scheduler = this.resolveScheduler();
-    this.running = true;
-    this.stopping = false;
+    this.state = 'running';
     const handlers = this.registry.all();
     if (handlers.length === 0) this.logger.warn(OutboxMessages.noHandlers());
     this.logger.log(
@@ -136,13 +162,13 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   }
 
   /**
-   * Stops claiming, waits up to `shutdownTimeoutMs` for running handlers, then aborts their
-   * signals. Deliveries claimed but not started are released.
+   * Stops claiming, waits up to `shutdownTimeoutMs` for running handlers and the outcomes they
+   * report, then aborts the signals of handlers still running. Deliveries claimed but not
+   * started are released.
    */
   async stop(): Promise<void> {
-    if (!this.running) return;
-    this.stopping = true;
-    this.running = false;
+    if (this.state !== 'running') return;
+    this.state = 'stopping';
     this.unwatchAppends?.();
     this.unwatchAppends = null;
     for (const [name, timer] of [
@@ -154,20 +180,26 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       if (this.scheduler?.doesExist('interval', name)) this.scheduler.deleteInterval(name);
     }
     this.pollTimer = this.cleanupTimer = null;
-    // One deadline for both: a claim stuck on a dead connection must not hang shutdown either.
+    // One deadline for all: a claim stuck on a dead connection must not hang shutdown either.
     const deadline = Date.now() + this.config.shutdownTimeoutMs;
     const settled =
       (await settleWithin(Promise.all(this.polls), deadline)) &&
       (await settleWithin(
-        Promise.allSettled([...this.inFlight.values()].map((f) => f.promise)),
+        Promise.allSettled([...this.runs.values()].map((r) => r.done)),
         deadline,
       ));
     if (!settled) {
       this.logger.warn(
-        OutboxMessages.shutdownTimeout(this.inFlight.size, this.config.shutdownTimeoutMs),
+        OutboxMessages.shutdownTimeout(this.runs.size, this.config.shutdownTimeoutMs),
       );
-      for (const f of this.inFlight.values()) f.abort.abort(new OutboxShutdownError());
+      for (const run of this.runs.values()) run.interrupt(new OutboxShutdownError());
     }
+    await settleWithin(this.reporter.settled(), Math.max(deadline, Date.now() + 1_000));
+    // A running retention batch finishes before the store's connections close.
+    if (this.cleaning) await settleWithin(this.cleaning, Math.max(deadline, Date.now() + 1_000));
+    this.keeper.stop();
+    this.clearTimeoutTimer();
+    this.state = 'idle';
   }
 
   /** Stops claiming new deliveries; running handlers finish. */
@@ -183,21 +215,23 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   stats(): OutboxDispatcherStats {
     return {
       workerId: this.workerId,
-      running: this.running,
+      running: this.state === 'running',
       paused: this.paused,
-      inFlight: this.inFlight.size,
+      inFlight: this.runs.size,
       ...this.counters,
     };
   }
 
   /**
-   * Claims and runs deliveries until none is due (retries scheduled later are left for later).
-   * Works whether or not the dispatcher is started; meant for your own tests.
+   * Claims and runs deliveries until none is due (retries scheduled later are left for later),
+   * and returns once every outcome is written. Works whether or not the dispatcher is started;
+   * meant for your own tests. Deliveries another run still holds (a lease this worker lost, or
+   * another worker's) are waited for until their lease ends and they can be claimed.
    */
   async drain(options: { maxRounds?: number } = {}): Promise<void> {
     const maxRounds = options.maxRounds ?? 1_000_000;
     for (let round = 0; round < maxRounds; round++) {
-      const free = this.config.concurrency - this.inFlight.size - this.reserved;
+      const free = this.freeSlots();
       let claimed = 0;
       if (free > 0) {
         // Reserve the slots as poll() does, so the poll loop cannot claim them meanwhile.
@@ -210,10 +244,34 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         }
       }
       if (claimed > 0) continue;
-      const busy = [...this.inFlight.values()].map((f) => f.promise);
-      if (busy.length === 0 && this.polls.size === 0) return;
-      // Something still runs (ours or the poll loop's): wait for one to end, then look again.
-      await Promise.race([...busy, ...this.polls]);
+      const busy = [...[...this.runs.values()].map((r) => r.done), ...this.polls];
+      if (busy.length > 0) {
+        // Something still runs (ours or the poll loop's): wait for one to end, then look again.
+        await Promise.race(busy);
+        continue;
+      }
+      if (this.reporter.backlog > 0) {
+        // Outcomes still on their way hold keys (a key's next event waits for its elder's
+        // outcome): once written, there may be more to claim.
+        await this.reporter.settled();
+        continue;
+      }
+      if (this.abandoned.size > 0 || (await this.leasedElsewhere())) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        continue;
+      }
+      return;
+    }
+  }
+
+  /** Whether the store has leased deliveries of this worker's types (held by a run elsewhere). */
+  private async leasedElsewhere(): Promise<boolean> {
+    const types = new Set(this.registry.subscriptions().flatMap((s) => s.types));
+    try {
+      const { byType } = await this.store.stats();
+      return Object.entries(byType).some(([type, n]) => types.has(type) && n.leased > 0);
+    } catch {
+      return false;
     }
   }
 
@@ -232,16 +290,22 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
   }
 
+  private freeSlots(): number {
+    return this.config.concurrency - this.runs.size - this.reserved;
+  }
+
   /**
    * Starts a claim for the free handler slots. Up to two claims may be in flight, so slots that
    * free up while one claim waits on the store are refilled without waiting for it; slots are
-   * reserved while a claim runs, so the dispatcher never holds more than `concurrency`.
+   * reserved while a claim runs, so the dispatcher never holds more than `concurrency`. Outcomes
+   * not yet written hold the next claim back once they exceed twice the concurrency (a slow store
+   * is not handed more work than it can take).
    */
   private poll(): void {
-    if (!this.running || this.stopping || this.paused) return;
+    if (this.state !== 'running' || this.paused) return;
     if (Date.now() < this.backoffUntil || this.polls.size >= MAX_CLAIMS_IN_FLIGHT) return;
-    const free = this.config.concurrency - this.inFlight.size - this.reserved;
-    const limit = Math.min(this.config.batchSize, free);
+    if (this.reporter.backlog > 2 * this.config.concurrency) return;
+    const limit = Math.min(this.config.batchSize, this.freeSlots());
     // A second claim only for a worthwhile share of the slots, not one at a time.
     if (limit <= 0 || (this.polls.size > 0 && limit < Math.ceil(this.config.concurrency / 4)))
       return;
@@ -265,6 +329,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const subscriptions = this.registry.subscriptions();
     if (subscriptions.length === 0 || limit <= 0) return 0;
     let claimed: ClaimedDelivery[];
+    const sentAt = Date.now();
     try {
       claimed = await this.store.claim({
         workerId: this.workerId,
@@ -281,27 +346,215 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
     this.morePending = claimed.length >= limit;
     this.counters.claimed += claimed.length;
-    if (this.stopping) {
+    if (this.state === 'stopping') {
       await Promise.all(claimed.map((c) => this.release(c.lease)));
       return 0;
     }
-    for (const delivery of claimed) this.launch(delivery);
+    for (const delivery of claimed) this.launch(delivery, sentAt);
     return claimed.length;
   }
 
-  private launch(delivery: ClaimedDelivery): void {
+  private launch(delivery: ClaimedDelivery, sentAt: number): void {
+    const handler = this.registry.get(delivery.handler);
+    if (!handler) {
+      void this.release(delivery.lease);
+      return;
+    }
+    // A run given up on (lease lost) may still be executing: never start the same delivery
+    // beside it. Its lease lapses and it is claimed again later.
+    if (this.abandoned.has(delivery.id)) return;
+    const maxAttempts = handler.maxAttempts ?? this.config.maxAttempts;
+    if (delivery.attempt > maxAttempts) {
+      // Earlier attempts died with their worker (crash or lost lease) without reporting.
+      const error = new OutboxError(
+        `No outcome reported by ${delivery.attempt - 1} attempt(s); the worker running them stopped`,
+      );
+      this.report(delivery, delivery.lease, handler, { failed: true, failure: error });
+      return;
+    }
     // A re-claim of the same delivery (after its lease expired) is a separate run; a store may
     // share one token across a claim's deliveries, so the key takes both.
-    const runKey = `${delivery.id}:${delivery.lease.token}`;
-    const abort = new AbortController();
-    const promise = this.execute(delivery, abort)
+    const key = `${delivery.id}:${delivery.lease.token}`;
+    const timeoutMs = handler.timeoutMs ?? this.config.handlerTimeoutMs;
+    let interrupt!: (reason: unknown) => void;
+    const interrupted = new Promise<never>((_, reject) => (interrupt = reject));
+    interrupted.catch(() => undefined);
+    const run: Run = {
+      delivery,
+      handler,
+      kept: null as unknown as KeptLease,
+      deadline: Date.now() + timeoutMs,
+      timeoutMs,
+      controller: null,
+      interruptedBy: undefined,
+      interrupt: (reason) => {
+        if (run.interruptedBy !== undefined) return;
+        run.interruptedBy = reason;
+        run.controller?.abort(reason);
+        interrupt(reason);
+      },
+      done: Promise.resolve(),
+    };
+    run.kept = this.keeper.keep(delivery.lease, sentAt, (error) => run.interrupt(error));
+    this.runs.set(key, run);
+    this.armTimeout(run.deadline);
+    run.done = this.execute(run, interrupted)
       .catch((error) => this.logger.error(`Unexpected dispatcher error: ${String(error)}`))
       .finally(() => {
-        this.inFlight.delete(runKey);
+        this.runs.delete(key);
         // Work was left behind when the last claim came back full: fetch it now, not next tick.
         if (this.morePending) setImmediate(() => this.poll());
       });
-    this.inFlight.set(runKey, { promise, abort });
+  }
+
+  private async execute(run: Run, interrupted: Promise<never>): Promise<void> {
+    const { delivery, handler } = run;
+    const context: OutboxHandlerContext = {
+      attempt: delivery.attempt,
+      get signal(): AbortSignal {
+        run.controller ??= new AbortController();
+        if (run.interruptedBy !== undefined && !run.controller.signal.aborted)
+          run.controller.abort(run.interruptedBy);
+        return run.controller.signal;
+      },
+      workerId: this.workerId,
+      deliveryId: delivery.id,
+      handler: handler.name,
+    };
+    const invocation = handler.invoke(delivery.event, context);
+    let result: RunResult;
+    try {
+      await Promise.race([invocation, interrupted]);
+      result = { failed: false };
+    } catch (error) {
+      result = { failed: true, failure: error, interruptedBy: run.interruptedBy };
+    }
+    this.keeper.release(run.kept);
+    if (run.interruptedBy !== undefined && result.failure === run.interruptedBy) {
+      this.abandon(delivery.id, invocation);
+    }
+    this.report(delivery, run.kept.lease, handler, result);
+  }
+
+  /** Remembers a run the dispatcher stopped waiting for until its handler really returns. */
+  private abandon(deliveryId: string, invocation: Promise<unknown>): void {
+    const settled = invocation.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.abandoned.set(deliveryId, settled);
+    void settled.then(() => {
+      if (this.abandoned.get(deliveryId) === settled) this.abandoned.delete(deliveryId);
+    });
+  }
+
+  /** Decides what happens to the delivery and has the reporter write it in the background. */
+  private report(
+    delivery: ClaimedDelivery,
+    lease: Lease,
+    handler: RegisteredHandler,
+    result: RunResult,
+  ): void {
+    const outcome = decideOutcome(result, {
+      attempt: delivery.attempt,
+      maxAttempts: handler.maxAttempts ?? this.config.maxAttempts,
+      backoff: { ...this.config.backoff, ...handler.backoff },
+      retryIf: handler.retryIf,
+      isShutdown: (reason) => reason instanceof OutboxShutdownError,
+    });
+    if (outcome.kind === 'lost') {
+      this.counters.leaseLost++;
+      this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
+      return;
+    }
+    if (outcome.kind === 'abandoned') return;
+    if (outcome.kind === 'ack') {
+      this.reporter.ack(lease).then(
+        () => this.counters.succeeded++,
+        (error) => this.reportFailed(handler, delivery, 'ack', error),
+      );
+      return;
+    }
+    this.counters.failed++;
+    const error = this.describeError(result.failure, delivery.attempt);
+    if (outcome.kind === 'dead') {
+      this.reporter.deadLetter(lease, outcome.reason, error).then(
+        () => {
+          this.counters.deadLettered++;
+          this.logger.error(
+            OutboxMessages.handlerFailed(
+              handler.name,
+              delivery.event.id,
+              delivery.attempt,
+              result.failure,
+              `dead-lettered (${outcome.reason})`,
+            ),
+          );
+        },
+        (e) => this.reportFailed(handler, delivery, 'retry', e),
+      );
+      return;
+    }
+    this.reporter.retry(lease, outcome.delayMs, error).then(
+      () => {
+        this.counters.retried++;
+        this.logger.warn(
+          OutboxMessages.handlerFailed(
+            handler.name,
+            delivery.event.id,
+            delivery.attempt,
+            result.failure,
+            `retrying in ${outcome.delayMs} ms`,
+          ),
+        );
+      },
+      (e) => this.reportFailed(handler, delivery, 'retry', e),
+    );
+  }
+
+  /** A lost lease or store error discards the outcome (the delivery is redelivered later). */
+  private reportFailed(
+    handler: RegisteredHandler,
+    delivery: ClaimedDelivery,
+    operation: string,
+    error: unknown,
+  ): void {
+    if (error instanceof LeaseLostError) {
+      this.counters.leaseLost++;
+      this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
+    } else {
+      this.storeFailed(operation, error);
+    }
+  }
+
+  /** One timer for every handler timeout: armed for the earliest deadline. */
+  private armTimeout(deadline: number): void {
+    if (deadline >= this.timeoutAt) return;
+    this.clearTimeoutTimer();
+    this.timeoutAt = deadline;
+    this.timeoutTimer = setTimeout(() => this.expireRuns(), Math.max(0, deadline - Date.now()));
+    this.timeoutTimer.unref();
+  }
+
+  private clearTimeoutTimer(): void {
+    if (this.timeoutTimer) clearTimeout(this.timeoutTimer);
+    this.timeoutTimer = null;
+    this.timeoutAt = Infinity;
+  }
+
+  private expireRuns(): void {
+    this.clearTimeoutTimer();
+    const now = Date.now();
+    let next = Infinity;
+    for (const run of this.runs.values()) {
+      if (run.interruptedBy !== undefined) continue;
+      if (run.deadline <= now) {
+        run.interrupt(new HandlerTimeoutError(run.handler.name, run.timeoutMs));
+      } else {
+        next = Math.min(next, run.deadline);
+      }
+    }
+    if (next < Infinity) this.armTimeout(next);
   }
 
   private storeFailed(operation: string, error: unknown): void {
@@ -325,189 +578,6 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
   }
 
-  private async execute(delivery: ClaimedDelivery, abort: AbortController): Promise<void> {
-    const handler = this.registry.get(delivery.handler);
-    if (!handler) return this.release(delivery.lease);
-    const maxAttempts = handler.maxAttempts ?? this.config.maxAttempts;
-    if (delivery.attempt > maxAttempts) {
-      // Earlier attempts died with their worker (crash or lost lease) without reporting.
-      const error = new OutboxError(
-        `No outcome reported by ${delivery.attempt - 1} attempt(s); the worker running them stopped`,
-      );
-      return this.finish(delivery, delivery.lease, handler, error, true);
-    }
-
-    let lease = delivery.lease;
-    let settled = false;
-    let renewing = false;
-    // Timeout, lease loss and shutdown all abort the signal; the wait for the handler ends with it.
-    const interrupted = new Promise<never>((_, reject) =>
-      abort.signal.addEventListener('abort', () => reject(abort.signal.reason), { once: true }),
-    );
-    interrupted.catch(() => undefined);
-    const renewTimer = setInterval(
-      () => {
-        if (renewing || settled) return;
-        renewing = true;
-        this.store
-          .renew(lease, this.config.leaseMs)
-          .then((renewed) => {
-            if (!settled) lease = renewed;
-          })
-          .catch((error) => {
-            if (error instanceof LeaseLostError) abort.abort(error);
-            else this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error));
-          })
-          .finally(() => (renewing = false));
-      },
-      Math.max(1, Math.floor(this.config.leaseMs / 3)),
-    );
-    // The handler's own work keeps the process alive, not our bookkeeping.
-    renewTimer.unref();
-    const timeoutMs = handler.timeoutMs ?? this.config.handlerTimeoutMs;
-    const timeoutTimer = setTimeout(
-      () => abort.abort(new HandlerTimeoutError(handler.name, timeoutMs)),
-      timeoutMs,
-    );
-    timeoutTimer.unref();
-
-    const context: OutboxHandlerContext = {
-      attempt: delivery.attempt,
-      signal: abort.signal,
-      workerId: this.workerId,
-      deliveryId: delivery.id,
-      handler: handler.name,
-    };
-    let failure: unknown = undefined;
-    let failed = false;
-    try {
-      await Promise.race([handler.invoke(delivery.event, context), interrupted]);
-    } catch (error) {
-      failed = true;
-      failure = error;
-    } finally {
-      settled = true;
-      clearInterval(renewTimer);
-      clearTimeout(timeoutTimer);
-    }
-    if (failed && abort.signal.aborted && failure === abort.signal.reason) {
-      if (failure instanceof LeaseLostError) {
-        this.counters.leaseLost++;
-        this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
-        return;
-      }
-      // Shut down under a running handler: report nothing, the lease expires, another worker redelivers.
-      if (failure instanceof OutboxShutdownError) return;
-    }
-    return this.finish(delivery, lease, handler, failure, failed);
-  }
-
-  /** Reports the outcome to the store; a lost lease or store error discards it (redelivered later). */
-  private async finish(
-    delivery: ClaimedDelivery,
-    lease: Lease,
-    handler: RegisteredHandler,
-    failure: unknown,
-    failed: boolean,
-  ): Promise<void> {
-    try {
-      if (!failed) {
-        await this.ack(lease);
-        this.counters.succeeded++;
-        return;
-      }
-      this.counters.failed++;
-      const error = this.describeError(failure, delivery.attempt);
-      const maxAttempts = handler.maxAttempts ?? this.config.maxAttempts;
-      const rejected =
-        failure instanceof NonRetryableError ||
-        this.retryRefused(handler, failure, delivery.attempt);
-      if (rejected || delivery.attempt >= maxAttempts) {
-        await this.store.deadLetter(lease, rejected ? 'rejected' : 'exhausted', error);
-        this.counters.deadLettered++;
-        this.logger.error(
-          OutboxMessages.handlerFailed(
-            handler.name,
-            delivery.event.id,
-            delivery.attempt,
-            failure,
-            `dead-lettered (${rejected ? 'rejected' : 'exhausted'})`,
-          ),
-        );
-        return;
-      }
-      const delay = backoffDelay(delivery.attempt, { ...this.config.backoff, ...handler.backoff });
-      await this.store.retry(lease, delay, error);
-      this.counters.retried++;
-      this.logger.warn(
-        OutboxMessages.handlerFailed(
-          handler.name,
-          delivery.event.id,
-          delivery.attempt,
-          failure,
-          `retrying in ${delay} ms`,
-        ),
-      );
-    } catch (error) {
-      if (error instanceof LeaseLostError) {
-        this.counters.leaseLost++;
-        this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
-      } else {
-        this.storeFailed(failed ? 'retry' : 'ack', error);
-      }
-    }
-  }
-
-  /**
-   * Acks through `store.ackMany` when the store has it, coalescing the acks of handlers that
-   * finish in the same turn of the event loop into one round trip (one commit instead of many).
-   */
-  private ack(lease: Lease): Promise<void> {
-    if (!this.store.ackMany) return this.store.ack(lease);
-    return new Promise<void>((resolve, reject) => {
-      this.pendingAcks.push({ lease, resolve, reject });
-      if (this.pendingAcks.length === 1) setImmediate(() => void this.flushAcks());
-    });
-  }
-
-  private async flushAcks(): Promise<void> {
-    // Results come back by delivery id: two leases on one delivery (a stale one and a fresh one
-    // after a re-claim) go in separate batches, so each gets its own fenced answer.
-    const ids = new Set<string>();
-    const batch: typeof this.pendingAcks = [];
-    const later: typeof this.pendingAcks = [];
-    for (const a of this.pendingAcks.splice(0)) {
-      if (ids.has(a.lease.deliveryId)) later.push(a);
-      else {
-        ids.add(a.lease.deliveryId);
-        batch.push(a);
-      }
-    }
-    if (later.length > 0) {
-      this.pendingAcks.push(...later);
-      setImmediate(() => void this.flushAcks());
-    }
-    if (batch.length === 0) return;
-    try {
-      const acked = new Set(await this.store.ackMany!(batch.map((a) => a.lease)));
-      for (const a of batch) {
-        if (acked.has(a.lease.deliveryId)) a.resolve();
-        else a.reject(new LeaseLostError(a.lease.deliveryId, a.lease.owner));
-      }
-    } catch (error) {
-      for (const a of batch) a.reject(error);
-    }
-  }
-
-  private retryRefused(handler: RegisteredHandler, failure: unknown, attempt: number): boolean {
-    if (!handler.retryIf) return false;
-    try {
-      return handler.retryIf(failure, attempt) === false;
-    } catch {
-      return false;
-    }
-  }
-
   private describeError(failure: unknown, attempt: number): DeliveryErrorInput {
     const max = this.options.limits.errorMaxLength;
     // NUL cannot be stored in PostgreSQL text; an error that could not be recorded is worse.
@@ -522,23 +592,37 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     };
   }
 
-  private async cleanup(): Promise<void> {
-    if (this.cleaning) return;
-    this.cleaning = true;
+  /**
+   * Retention: one store call deletes a bounded batch; while batches come back full (the append
+   * rate outruns one batch per interval) it calls again, within a time budget, so storage stays
+   * bounded at any sustainable rate without one long transaction.
+   */
+  private cleanup(): Promise<void> {
+    this.cleaning ??= this.cleanupRun().finally(() => (this.cleaning = null));
+    return this.cleaning;
+  }
+
+  private async cleanupRun(): Promise<void> {
+    const { deliveredMs, deadLetterMs, batchSize } = this.options.retention;
+    const until = Date.now() + CLEANUP_BUDGET_MS;
+    const total = { events: 0, deadLetters: 0 };
     try {
-      const { deliveredMs, deadLetterMs, batchSize } = this.options.retention;
-      const result = await this.store.cleanup({
-        deliveredRetentionMs: deliveredMs,
-        deadLetterRetentionMs: deadLetterMs,
-        batchSize,
-      });
-      if (result.events + result.deadLetters > 0) {
-        this.logger.debug(OutboxMessages.cleanupDone(result.events, result.deadLetters));
+      for (;;) {
+        const result = await this.store.cleanup({
+          deliveredRetentionMs: deliveredMs,
+          deadLetterRetentionMs: deadLetterMs,
+          batchSize,
+        });
+        total.events += result.events;
+        total.deadLetters += result.deadLetters;
+        const full = result.events >= batchSize || result.deadLetters >= batchSize;
+        if (!full || Date.now() >= until || this.state !== 'running') break;
       }
     } catch (error) {
       this.logger.warn(OutboxMessages.cleanupFailed(error));
-    } finally {
-      this.cleaning = false;
+    }
+    if (total.events + total.deadLetters > 0) {
+      this.logger.debug(OutboxMessages.cleanupDone(total.events, total.deadLetters));
     }
   }
 }

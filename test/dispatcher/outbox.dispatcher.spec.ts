@@ -294,6 +294,47 @@ describe('OutboxDispatcher', () => {
     expect(t.dispatcher.stats().leaseLost).toBe(1);
   });
 
+  it('stops a run whose lease could not be renewed (store unreachable) before the lease runs out, and never runs the delivery twice at once', async () => {
+    const store = new MemoryOutboxStore();
+    let running = 0;
+    let most = 0;
+    let starts = 0;
+    const signals: AbortSignal[] = [];
+    @Injectable()
+    class Slow {
+      @OutboxHandler('slow')
+      async handle(_e: OutboxEvent, ctx: OutboxHandlerContext) {
+        starts++;
+        running++;
+        most = Math.max(most, running);
+        signals.push(ctx.signal);
+        // Ignores its signal, as a careless handler would: runs 5 s whatever happens.
+        await new Promise((resolve) => setTimeout(resolve, 5_000));
+        running--;
+      }
+    }
+    // A database failover: every renewal fails with a connection error, not a lease loss.
+    jest.spyOn(store, 'renew').mockImplementation(async () => {
+      throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), {
+        code: 'ECONNREFUSED',
+      });
+    });
+    t = await createOutboxApp([Slow], { store, dispatcher: { leaseMs: 900, pollInterval: 50 } });
+    await t.outbox.append({ type: 'slow', payload: {} });
+    await tick(60);
+    expect(starts).toBe(1);
+    // Before the lease (900 ms) ends, the run is given up and its signal aborted.
+    await tick(800);
+    expect(signals[0].aborted).toBe(true);
+    expect(signals[0].reason).toBeInstanceOf(LeaseLostError);
+    expect(t.dispatcher.stats()).toMatchObject({ leaseLost: 1, inFlight: 0 });
+    // The lease lapses and the delivery is claimed again, but not started while the first run
+    // still executes; once it has returned, the next claim runs it.
+    for (let i = 0; i < 60; i++) await tick(100);
+    expect(most).toBe(1);
+    expect(starts).toBeGreaterThanOrEqual(2);
+  });
+
   it('recovers from a store that throws for 2 s without an unhandled rejection', async () => {
     const store = new MemoryOutboxStore();
     let broken = true;

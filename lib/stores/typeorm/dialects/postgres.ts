@@ -1,5 +1,5 @@
 import { OUTBOX_ERROR_HISTORY } from '../../../outbox.constants';
-import { join, raw, sql, SqlText } from '../sql';
+import { raw, sql, SqlText } from '../sql';
 import { OutboxTableNames } from '../typeorm-outbox.tables';
 import {
   ClaimCandidates,

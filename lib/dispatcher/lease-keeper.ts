@@ -1,0 +1,97 @@
+import { LeaseLostError } from '../errors/lease-lost.error';
+import { Lease, OutboxStore } from '../interfaces/outbox-store.interface';
+
+/** A lease the keeper renews, and how to stop its run when the lease cannot be kept. */
+export interface KeptLease {
+  lease: Lease;
+  /** Local (Date.now) time by which the lease is surely expired unless renewed. */
+  expiresAt: number;
+  renewing: boolean;
+  /** Stops the run: the lease is lost, or could not be renewed in time. */
+  lose(error: LeaseLostError): void;
+}
+
+/**
+ * Renews the leases of every running delivery from one timer (about every lease/3), instead of
+ * a timer per delivery. A lease that could not be renewed before it runs out — the store said
+ * it is lost, or renewals failed (e.g. the database is failing over) — stops its run before the
+ * store would let another worker claim the delivery: the run is treated as lost and its outcome
+ * discarded, so one delivery never runs twice at once.
+ *
+ * Expiry is tracked on the local clock from the moment each renewal was *sent* (never later than
+ * the store's own expiry), so clock skew between this host and the store cannot extend it.
+ */
+export class LeaseKeeper {
+  private readonly kept = new Set<KeptLease>();
+  private timer: NodeJS.Timeout | null = null;
+  private readonly every: number;
+
+  constructor(
+    private readonly store: OutboxStore,
+    private readonly leaseMs: number,
+    private readonly onRenewError: (lease: Lease, error: unknown) => void,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.every = Math.max(1, Math.floor(leaseMs / 3));
+  }
+
+  /** Starts keeping a lease obtained by a claim sent at `sentAt`. */
+  keep(lease: Lease, sentAt: number, lose: (error: LeaseLostError) => void): KeptLease {
+    const kept: KeptLease = { lease, expiresAt: sentAt + this.leaseMs, renewing: false, lose };
+    this.kept.add(kept);
+    if (!this.timer) {
+      this.timer = setInterval(() => this.tick(), this.every);
+      // The handlers' own work keeps the process alive, not this bookkeeping.
+      this.timer.unref();
+    }
+    return kept;
+  }
+
+  release(kept: KeptLease): void {
+    this.kept.delete(kept);
+    if (this.kept.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
+  }
+
+  stop(): void {
+    this.kept.clear();
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  private tick(): void {
+    const now = this.now();
+    for (const kept of this.kept) {
+      // The next tick would come too late: give up while the lease still holds.
+      if (now + this.every >= kept.expiresAt) {
+        this.release(kept);
+        kept.lose(new LeaseLostError(kept.lease.deliveryId, kept.lease.owner));
+        continue;
+      }
+      if (!kept.renewing) this.renew(kept, now);
+    }
+  }
+
+  private renew(kept: KeptLease, sentAt: number): void {
+    kept.renewing = true;
+    this.store
+      .renew(kept.lease, this.leaseMs)
+      .then((renewed) => {
+        if (!this.kept.has(kept)) return;
+        kept.lease = renewed;
+        kept.expiresAt = sentAt + this.leaseMs;
+      })
+      .catch((error) => {
+        if (!this.kept.has(kept)) return;
+        if (error instanceof LeaseLostError) {
+          this.release(kept);
+          kept.lose(error);
+        } else {
+          this.onRenewError(kept.lease, error);
+        }
+      })
+      .finally(() => (kept.renewing = false));
+  }
+}
