@@ -48,7 +48,7 @@ function upgradeOn(dialect: TestDialect): void {
           : iso;
     const at = time('2026-01-01T00:00:00.000Z');
     const q = (text: string, params: unknown[]) =>
-      ds.query(d.name === 'postgres' ? text.replace(/\?/g, (_, i) => `$${++n}`) : text, params);
+      ds.query(d.name === 'postgres' ? text.replace(/\?/g, () => `$${++n}`) : text, params);
     let n = 0;
     for (const [i, id] of ids.entries()) {
       n = 0;
