@@ -1,6 +1,6 @@
-/* The peers: pg-boss 10 (Node 20) and BullMQ 5. Loaded with require so the root typecheck and
-   lint do not need bench/node_modules. */
-import { PG_URL, PGBOSS_SCHEMA, REDIS_URL } from './common';
+/* The peers: pg-boss 10 (Node 20), graphile-worker 0.17 (the last for Node 20) and BullMQ 5. Loaded
+   with require so the root typecheck and lint do not need bench/node_modules. */
+import { GRAPHILE_SCHEMA, PG_URL, PGBOSS_SCHEMA, REDIS_URL } from './common';
 
 export interface PgBossLike {
   start(): Promise<unknown>;
@@ -49,4 +49,40 @@ export function bullmq(): {
   ) => any;
 } {
   return require('bullmq');
+}
+
+export interface GraphileRunner {
+  stop(): Promise<void>;
+  promise: Promise<void>;
+}
+
+export interface GraphileUtils {
+  addJobs(specs: ReadonlyArray<{ identifier: string; payload: unknown }>): Promise<unknown[]>;
+  migrate(): Promise<void>;
+  release(): Promise<void>;
+}
+
+/** graphile-worker's API as the dispatch scenario uses it (`run`, `makeWorkerUtils`, a silent logger). */
+export function graphileWorker(): {
+  run(options: Record<string, unknown>): Promise<GraphileRunner>;
+  makeWorkerUtils(options: Record<string, unknown>): Promise<GraphileUtils>;
+  quietLogger: unknown;
+  options: { connectionString: string; schema: string };
+} {
+  const gw = require('graphile-worker');
+  // Errors still reach stderr; info/debug (one line per job) would distort the measurement.
+  const quietLogger = new gw.Logger(
+    () => (level: string, message: string) =>
+      level === 'error' ? console.error(`graphile-worker: ${message}`) : undefined,
+  );
+  return {
+    run: gw.run,
+    makeWorkerUtils: gw.makeWorkerUtils,
+    quietLogger,
+    options: { connectionString: PG_URL, schema: GRAPHILE_SCHEMA },
+  };
+}
+
+export async function dropGraphileSchema(query: (sql: string) => Promise<unknown>): Promise<void> {
+  await query(`DROP SCHEMA IF EXISTS ${GRAPHILE_SCHEMA} CASCADE`);
 }

@@ -7,20 +7,27 @@ import {
   HANDROLLED_TABLE,
   OUR_REDIS_PREFIX,
   openDataSource,
+  RAW_REDIS_PREFIX,
+  RAW_TABLE,
   runMain,
 } from './common';
-import { dropPgBossSchema } from './baselines';
+import { dropGraphileSchema, dropPgBossSchema } from './baselines';
 
 runMain(async () => {
   const pg = await openDataSource('postgres');
   await dropOutboxTables(pg);
-  await pg.query(`DROP TABLE IF EXISTS ${BUSINESS_TABLE}, ${HANDROLLED_TABLE}`);
+  await pg.query(`DROP TABLE IF EXISTS ${BUSINESS_TABLE}, ${HANDROLLED_TABLE}, ${RAW_TABLE}`);
   await dropPgBossSchema((q) => pg.query(q));
+  await dropGraphileSchema((q) => pg.query(q));
   await pg.destroy();
   const maria = await openDataSource('mariadb');
   await dropOutboxTables(maria);
   await maria.destroy();
   const keys =
-    (await deleteRedisKeys(`{${OUR_REDIS_PREFIX}}*`)) + (await deleteRedisKeys(`${BULL_PREFIX}:*`));
-  console.log(`clean: bench tables, pg-boss schema and ${keys} Redis keys removed`);
+    (await deleteRedisKeys(`{${OUR_REDIS_PREFIX}}*`)) +
+    (await deleteRedisKeys(`${BULL_PREFIX}:*`)) +
+    (await deleteRedisKeys(`{${RAW_REDIS_PREFIX}}*`));
+  console.log(
+    `clean: bench tables, pg-boss and graphile-worker schemas and ${keys} Redis keys removed`,
+  );
 });

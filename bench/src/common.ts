@@ -29,6 +29,10 @@ export const HANDROLLED_TABLE = 'bench_handrolled_outbox';
 export const PGBOSS_SCHEMA = 'bench_pgboss';
 export const OUR_REDIS_PREFIX = 'bench-outbox';
 export const BULL_PREFIX = 'bench-bull';
+/** Dispatch scenario baselines: the raw SQL outbox table, graphile-worker's schema, raw Lua keys. */
+export const RAW_TABLE = 'bench_raw_outbox';
+export const GRAPHILE_SCHEMA = 'bench_graphile';
+export const RAW_REDIS_PREFIX = 'bench-raw';
 export const SQLITE_FILE = join(tmpdir(), `nestjs-outbox-bench-${process.pid}.sqlite`);
 
 export type SqlKind = 'postgres' | 'mariadb' | 'sqlite' | 'sqlite-wal';
@@ -63,10 +67,38 @@ export async function openDataSource(kind: SqlKind): Promise<DataSource> {
   return ds.initialize();
 }
 
-/** Drops the outbox tables of the benchmark prefix (the store recreates them at bootstrap). */
+/**
+ * Drops every table whose name starts with the benchmark prefix (the store recreates its tables at
+ * bootstrap). Listed from the catalog rather than named here, so tables a newer schema adds (for
+ * example `<prefix>dead_letters`) go too; nothing outside the prefix is touched.
+ */
 export async function dropOutboxTables(ds: DataSource): Promise<void> {
-  for (const t of ['deliveries', 'events', 'schema_version', 'inbox']) {
-    await ds.query(`DROP TABLE IF EXISTS ${TABLE_PREFIX}${t}`);
+  const type = ds.options.type;
+  const listed: Array<{ name: string }> =
+    type === 'postgres'
+      ? await ds.query(
+          `SELECT tablename AS name FROM pg_tables WHERE schemaname = current_schema()`,
+        )
+      : type === 'mariadb' || type === 'mysql'
+        ? await ds.query(
+            `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = database()`,
+          )
+        : await ds.query(`SELECT name FROM sqlite_master WHERE type = 'table'`);
+  const tables = listed.map((r) => String(r.name)).filter((n) => n.startsWith(TABLE_PREFIX));
+  if (tables.length === 0) return;
+  if (type === 'postgres') {
+    await ds.query(`DROP TABLE IF EXISTS ${tables.join(', ')} CASCADE`);
+    return;
+  }
+  // MariaDB/SQLite: one connection, foreign keys off while the prefix's tables go.
+  const qr = ds.createQueryRunner();
+  try {
+    const isMaria = type === 'mariadb' || type === 'mysql';
+    await qr.query(isMaria ? 'SET FOREIGN_KEY_CHECKS = 0' : 'PRAGMA foreign_keys = OFF');
+    for (const t of tables) await qr.query(`DROP TABLE IF EXISTS ${t}`);
+    await qr.query(isMaria ? 'SET FOREIGN_KEY_CHECKS = 1' : 'PRAGMA foreign_keys = ON');
+  } finally {
+    await qr.release();
   }
 }
 

@@ -9,13 +9,15 @@ import { lib, OutboxDispatcherOptions, OutboxEvent } from './lib';
 const { OutboxDispatcher, OutboxHandler, OutboxModule, OutboxService } = lib;
 
 export const EVENT_TYPE = 'order.placed';
+/** The handler's name, as stored in the deliveries' `handler` column. */
+export const HANDLER_NAME = 'bench.noop';
 
 /** What the handler does; set by the scenario before the dispatcher starts. */
 export const sink: { onEvent: (event: OutboxEvent) => void } = { onEvent: () => undefined };
 
 @Injectable()
 export class BenchHandler {
-  @OutboxHandler(EVENT_TYPE, { name: 'bench.noop' })
+  @OutboxHandler(EVENT_TYPE, { name: HANDLER_NAME })
   async handle(event: OutboxEvent): Promise<void> {
     sink.onEvent(event);
   }

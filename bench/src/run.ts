@@ -3,7 +3,7 @@
  * (round 1: a b c …, round 2: b c … a, …), then prints medians and paired ratios (each ratio is
  * taken within one round, where both runs saw the same machine load, then the median of those).
  *
- *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3]
+ *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3] [dispatch]
  *   BENCH_ROUNDS=3 (default); BENCH_S2_VARIANTS=ours-sqlite,pgboss (etc.) picks variants
  */
 import { spawnSync } from 'node:child_process';
@@ -19,10 +19,15 @@ interface Scenario {
   file: string;
   title: string;
   variants: string[];
-  /** [ours, baseline] pairs reported as ratios. */
-  pairs: Array<[string, string]>;
+  /** [ours, baseline] pairs reported as ratios, optionally with issue 9's target ratio. */
+  pairs: Array<[string, string] | [string, string, number]>;
   metrics: Array<{ key: string; label: string; higherIsBetter: boolean }>;
+  /** One variant's time limit (child process), default 150 s. */
+  timeoutMs?: number;
 }
+
+/** The dispatch scenario's history run is compared with our empty-history run of this config. */
+const HISTORY_CONFIG = process.env.BENCH_DISPATCH_HISTORY_CONFIG ?? 'tuned';
 
 const SCENARIOS: Scenario[] = [
   {
@@ -79,6 +84,52 @@ const SCENARIOS: Scenario[] = [
       { key: 'p99', label: 'p99 ms', higherIsBetter: false },
     ],
   },
+  {
+    id: 'dispatch',
+    file: 'dispatch.ts',
+    title: `Dispatch — drain of ${envInt('BENCH_DISPATCH_N', 20_000)} pre-filled events, no key, no-op handler; history run with ${envInt('BENCH_DISPATCH_HISTORY_N', 1_000_000)} delivered events retained (events/s)`,
+    // Ours and the peers alternate; rotated each round.
+    variants: [
+      'ours-pg-defaults',
+      'raw-pg',
+      'ours-pg-tuned',
+      'graphile',
+      'ours-redis-defaults',
+      'bullmq',
+      'ours-redis-tuned',
+      'raw-lua',
+      'ours-mariadb-defaults',
+      'pgboss',
+      'ours-mariadb-tuned',
+      'ours-pg-history',
+      'ours-sqlite-defaults',
+      'ours-sqlite-tuned',
+    ],
+    pairs: [
+      ['ours-pg-defaults', 'raw-pg', 0.6],
+      ['ours-pg-tuned', 'raw-pg', 0.6],
+      ['ours-pg-defaults', 'graphile', 1.0],
+      ['ours-pg-tuned', 'graphile', 1.0],
+      ['ours-pg-defaults', 'pgboss', 3.0],
+      ['ours-pg-tuned', 'pgboss', 3.0],
+      ['ours-pg-defaults', 'ours-pg-tuned', 0.8],
+      ['ours-pg-history', `ours-pg-${HISTORY_CONFIG}`, 0.9],
+      ['ours-redis-defaults', 'bullmq', 3.0],
+      ['ours-redis-tuned', 'bullmq', 3.0],
+      ['ours-redis-defaults', 'raw-lua'],
+      ['ours-redis-tuned', 'raw-lua'],
+      ['ours-redis-defaults', 'ours-redis-tuned'],
+      ['ours-mariadb-defaults', 'ours-pg-defaults', 0.5],
+      ['ours-mariadb-tuned', 'ours-pg-tuned', 0.5],
+      ['ours-mariadb-defaults', 'ours-mariadb-tuned'],
+      ['ours-sqlite-defaults', 'ours-pg-defaults'],
+      ['ours-sqlite-tuned', 'ours-pg-tuned'],
+      ['ours-sqlite-defaults', 'ours-sqlite-tuned'],
+    ],
+    metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
+    // Filling 1 000 000 history rows and draining at default settings take minutes under load.
+    timeoutMs: 900_000,
+  },
 ];
 
 const ROUNDS = envInt('BENCH_ROUNDS', 3);
@@ -87,14 +138,16 @@ const fmt = (v: number, digits = 0) =>
 
 function runVariant(s: Scenario, variant: string, round: number): Row | null {
   const started = Date.now();
+  // The variant's own hard limit (runMain) fires first; the kill here is the backstop.
+  const limitMs = envInt('BENCH_VARIANT_TIMEOUT_MS', s.timeoutMs ?? 150_000);
   const child = spawnSync(
     process.execPath,
     [...process.execArgv, join(__dirname, s.file), variant, String(round)],
     {
       cwd: join(__dirname, '..'),
-      env: process.env,
+      env: { ...process.env, BENCH_VARIANT_TIMEOUT_MS: String(limitMs) },
       encoding: 'utf8',
-      timeout: 180_000,
+      timeout: limitMs + 30_000,
       maxBuffer: 64 * 1024 * 1024,
     },
   );
@@ -107,7 +160,7 @@ function runVariant(s: Scenario, variant: string, round: number): Row | null {
   }
   const row = JSON.parse(line.slice(RESULT_MARK.length)) as Row;
   const shown = s.metrics.map((m) => `${m.label} ${fmt(row[m.key], 1)}`).join(', ');
-  console.log(`  ${s.id} round ${round} ${variant.padEnd(16)} ${shown}   (${secs} s)`);
+  console.log(`  ${s.id} round ${round} ${variant.padEnd(22)} ${shown}   (${secs} s)`);
   return row;
 }
 
@@ -126,12 +179,14 @@ function markdown(s: Scenario, rows: Row[]): string {
     out.push(`| ${v} | ${rs.length} | ${meds.join(' | ')} | ${per} |`);
   }
   out.push('');
+  const withTargets = s.pairs.some((p) => p.length === 3);
   out.push(
-    `| ours vs baseline | ${s.metrics.map((m) => `ratio ${m.label} (median of per-round ratios)`).join(' | ')} |`,
+    `| ours vs baseline | ${s.metrics.map((m) => `ratio ${m.label} (median of per-round ratios)`).join(' | ')} |${withTargets ? ' target (issue 9) |' : ''}`,
   );
-  out.push(`|---|${s.metrics.map(() => '---:').join('|')}|`);
-  for (const [a, b] of s.pairs) {
+  out.push(`|---|${s.metrics.map(() => '---:').join('|')}|${withTargets ? '---|' : ''}`);
+  for (const [a, b, target] of s.pairs) {
     if (!s.variants.includes(a) || !s.variants.includes(b)) continue;
+    const medians: number[] = [];
     const cells = s.metrics.map((m) => {
       const ratios: number[] = [];
       for (let round = 1; round <= ROUNDS; round++) {
@@ -140,10 +195,15 @@ function markdown(s: Scenario, rows: Row[]): string {
         if (ra && rb) ratios.push(ra[m.key] / rb[m.key]);
       }
       const r = median(ratios);
+      medians.push(r);
       const better = m.higherIsBetter ? r >= 1 : r <= 1;
       return `${fmt(r, 2)}× (${better ? 'ours better' : 'ours worse'}; ${ratios.map((x) => x.toFixed(2)).join(', ')})`;
     });
-    out.push(`| ${a} / ${b} | ${cells.join(' | ')} |`);
+    const goal =
+      target === undefined
+        ? ''
+        : ` ≥ ${target}×: ${medians[0] >= target ? 'met' : Number.isFinite(medians[0]) ? 'not met' : 'n/a'} |`;
+    out.push(`| ${a} / ${b} | ${cells.join(' | ')} |${withTargets ? goal || ' |' : ''}`);
   }
   const settings = new Map<string, unknown>();
   for (const r of rows) if (r.settings) settings.set(r.variant, r.settings);
