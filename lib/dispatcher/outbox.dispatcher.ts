@@ -47,6 +47,14 @@ const CLEANUP_BUDGET_MS = 10_000;
 /** Where the dispatcher is in its life. */
 type DispatcherState = 'idle' | 'running' | 'stopping';
 
+/** A claimed delivery waiting for a handler slot (its lease is kept meanwhile). */
+interface Waiting {
+  delivery: ClaimedDelivery;
+  handler: RegisteredHandler;
+  kept: KeptLease;
+  run: Run | null;
+}
+
 /** One delivery this worker is running. */
 interface Run {
   delivery: ClaimedDelivery;
@@ -77,6 +85,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private readonly config: ResolvedOutboxOptions['dispatcher'];
   /** Running handlers, by delivery id and lease token. */
   private readonly runs = new Map<string, Run>();
+  /** Claimed ahead, waiting for a slot, oldest first. */
+  private readonly waiting: Waiting[] = [];
   /** Deliveries whose run was given up (lease lost, shutdown) while the handler still runs. */
   private readonly abandoned = new Map<string, Promise<void>>();
   private readonly keeper: LeaseKeeper;
@@ -95,6 +105,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private paused = false;
   /** The last claim came back full: more is waiting. */
   private morePending = false;
+  /** A claim was skipped because too many outcomes wait to be written. */
+  private heldBack = false;
   private consecutiveStoreErrors = 0;
   private backoffUntil = 0;
   private readonly counters = {
@@ -119,7 +131,13 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     this.keeper = new LeaseKeeper(store, this.config.leaseMs, (lease, error) =>
       this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error)),
     );
-    this.reporter = new OutcomeReporter(store);
+    this.reporter = new OutcomeReporter(store, () => {
+      // A claim held back by unwritten outcomes goes as soon as they are written.
+      if (this.heldBack && this.reporter.backlog <= this.maxBacklog) {
+        this.heldBack = false;
+        setImmediate(() => this.poll());
+      }
+    });
   }
 
   /** This worker's id. */
@@ -182,8 +200,13 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     this.pollTimer = this.cleanupTimer = null;
     // One deadline for all: a claim stuck on a dead connection must not hang shutdown either.
     const deadline = Date.now() + this.config.shutdownTimeoutMs;
+    const claimsDone = await settleWithin(Promise.all(this.polls), deadline);
+    // Claimed but not started: back to the store for another worker, at once.
+    const unstarted = this.waiting.splice(0);
+    for (const w of unstarted) this.keeper.release(w.kept);
+    await settleWithin(Promise.all(unstarted.map((w) => this.release(w.delivery.lease))), deadline);
     const settled =
-      (await settleWithin(Promise.all(this.polls), deadline)) &&
+      claimsDone &&
       (await settleWithin(
         Promise.allSettled([...this.runs.values()].map((r) => r.done)),
         deadline,
@@ -290,25 +313,38 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
   }
 
-  private freeSlots(): number {
-    return this.config.concurrency - this.runs.size - this.reserved;
+  /** Outcomes allowed to wait for their write before claiming pauses (acks go in batches). */
+  private get maxBacklog(): number {
+    return 4 * Math.max(this.config.concurrency, this.config.batchSize);
   }
 
   /**
-   * Starts a claim for the free handler slots. Up to two claims may be in flight, so slots that
-   * free up while one claim waits on the store are refilled without waiting for it; slots are
-   * reserved while a claim runs, so the dispatcher never holds more than `concurrency`. Outcomes
-   * not yet written hold the next claim back once they exceed twice the concurrency (a slow store
-   * is not handed more work than it can take).
+   * Deliveries a claim may ask for now: free handler slots plus one batch claimed ahead, so a
+   * slot that frees starts its next delivery at once instead of after a claim round trip.
+   */
+  private freeSlots(): number {
+    const ahead = this.config.concurrency + this.config.batchSize;
+    return ahead - this.runs.size - this.waiting.length - this.reserved;
+  }
+
+  /**
+   * Starts a claim for the free handler slots and one batch ahead. Up to two claims may be in
+   * flight, so slots that free up while one claim waits on the store are refilled without waiting
+   * for it; slots are reserved while a claim runs, so the dispatcher never runs more than
+   * `concurrency` handlers nor holds more than one batch waiting for a slot. Outcomes
+   * not yet written hold the next claim back once they exceed four batches (a slow store is not
+   * handed more work than it can take); the claim goes as soon as they are written.
    */
   private poll(): void {
     if (this.state !== 'running' || this.paused) return;
     if (Date.now() < this.backoffUntil || this.polls.size >= MAX_CLAIMS_IN_FLIGHT) return;
-    if (this.reporter.backlog > 2 * this.config.concurrency) return;
+    if (this.reporter.backlog > this.maxBacklog) {
+      this.heldBack = true;
+      return;
+    }
     const limit = Math.min(this.config.batchSize, this.freeSlots());
     // A second claim only for a worthwhile share of the slots, not one at a time.
-    if (limit <= 0 || (this.polls.size > 0 && limit < Math.ceil(this.config.concurrency / 4)))
-      return;
+    if (limit <= 0 || (this.polls.size > 0 && limit < Math.ceil(this.config.batchSize / 2))) return;
     this.reserved += limit;
     const poll: Promise<void> = this.claimOnce(limit)
       .then((claimed) => {
@@ -350,11 +386,13 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       await Promise.all(claimed.map((c) => this.release(c.lease)));
       return 0;
     }
-    for (const delivery of claimed) this.launch(delivery, sentAt);
+    for (const delivery of claimed) this.enqueue(delivery, sentAt);
+    this.startWaiting();
     return claimed.length;
   }
 
-  private launch(delivery: ClaimedDelivery, sentAt: number): void {
+  /** Keeps the lease of a claimed delivery and puts it in line for a handler slot. */
+  private enqueue(delivery: ClaimedDelivery, sentAt: number): void {
     const handler = this.registry.get(delivery.handler);
     if (!handler) {
       void this.release(delivery.lease);
@@ -372,6 +410,31 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.report(delivery, delivery.lease, handler, { failed: true, failure: error });
       return;
     }
+    const waiting: Waiting = { delivery, handler, kept: null as unknown as KeptLease, run: null };
+    waiting.kept = this.keeper.keep(delivery.lease, sentAt, (error) => {
+      if (waiting.run) return waiting.run.interrupt(error);
+      // Lost while waiting for a slot: it never started, so there is nothing to stop.
+      const index = this.waiting.indexOf(waiting);
+      if (index >= 0) this.waiting.splice(index, 1);
+      this.counters.leaseLost++;
+      this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
+    });
+    this.waiting.push(waiting);
+  }
+
+  /** Starts waiting deliveries while handler slots are free (not once shutdown began). */
+  private startWaiting(): void {
+    while (
+      this.state !== 'stopping' &&
+      this.runs.size < this.config.concurrency &&
+      this.waiting.length > 0
+    ) {
+      this.launch(this.waiting.shift()!);
+    }
+  }
+
+  private launch(waiting: Waiting): void {
+    const { delivery, handler, kept } = waiting;
     // A re-claim of the same delivery (after its lease expired) is a separate run; a store may
     // share one token across a claim's deliveries, so the key takes both.
     const key = `${delivery.id}:${delivery.lease.token}`;
@@ -382,7 +445,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const run: Run = {
       delivery,
       handler,
-      kept: null as unknown as KeptLease,
+      kept,
       deadline: Date.now() + timeoutMs,
       timeoutMs,
       controller: null,
@@ -395,13 +458,14 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       },
       done: Promise.resolve(),
     };
-    run.kept = this.keeper.keep(delivery.lease, sentAt, (error) => run.interrupt(error));
+    waiting.run = run;
     this.runs.set(key, run);
     this.armTimeout(run.deadline);
     run.done = this.execute(run, interrupted)
       .catch((error) => this.logger.error(`Unexpected dispatcher error: ${String(error)}`))
       .finally(() => {
         this.runs.delete(key);
+        this.startWaiting();
         // Work was left behind when the last claim came back full: fetch it now, not next tick.
         if (this.morePending) setImmediate(() => this.poll());
       });

@@ -24,7 +24,11 @@ export class OutcomeReporter {
   private readonly writes = new Set<Promise<unknown>>();
   private flushing = false;
 
-  constructor(private readonly store: OutboxStore) {}
+  constructor(
+    private readonly store: OutboxStore,
+    /** Called whenever an outcome has been written (capacity may have freed). */
+    private readonly onWritten: () => void = () => undefined,
+  ) {}
 
   /** Outcomes handed over and not yet written. */
   get backlog(): number {
@@ -58,7 +62,10 @@ export class OutcomeReporter {
 
   private track<T>(promise: Promise<T>): Promise<T> {
     this.writes.add(promise);
-    const forget = () => this.writes.delete(promise);
+    const forget = () => {
+      this.writes.delete(promise);
+      this.onWritten();
+    };
     promise.then(forget, forget);
     return promise;
   }

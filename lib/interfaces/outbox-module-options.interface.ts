@@ -39,9 +39,12 @@ export interface OutboxDispatcherOptions {
   workerId?: string;
   /** Milliseconds between polls when idle. @default 500 */
   pollInterval?: number;
-  /** Maximum deliveries claimed per poll. @default 50 */
+  /**
+   * Maximum deliveries claimed per poll; one batch is also claimed ahead of free slots, so a
+   * slot that frees starts its next delivery without a round trip. @default 100
+   */
   batchSize?: number;
-  /** Maximum handlers running at once in this process. @default 10 */
+  /** Maximum handlers running at once in this process. @default 50 */
   concurrency?: number;
   /** Lease length; renewed every leaseMs/3 while a handler runs. @default 30000 */
   leaseMs?: number;
