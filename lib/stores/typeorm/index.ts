@@ -5,6 +5,7 @@ export {
   outboxSchemaStatus,
   createOutboxMigration,
   NestjsOutboxSchema1780000000000,
+  NestjsOutboxSchema1781000000000,
   OUTBOX_SCHEMA_VERSION,
 } from './typeorm-outbox.schema';
 export type { OutboxSchemaStatus } from './typeorm-outbox.schema';

@@ -155,3 +155,17 @@ export class NestjsOutboxSchema1780000000000 implements MigrationInterface {
     return migrateDown(queryRunner, {});
   }
 }
+
+/**
+ * Brings tables of the default prefix from schema 1 (release 0.1) to the current version: open
+ * work stays in `outbox_deliveries`, dead letters move to `outbox_dead_letters`, delivered rows
+ * leave. On a new database it runs after `NestjsOutboxSchema1780000000000` and changes nothing.
+ * `down` keeps the current layout (version 1 is not restored).
+ */
+export class NestjsOutboxSchema1781000000000 implements MigrationInterface {
+  name = 'NestjsOutboxSchema1781000000000';
+  up(queryRunner: QueryRunner): Promise<void> {
+    return migrateUp(queryRunner, {});
+  }
+  async down(): Promise<void> {}
+}

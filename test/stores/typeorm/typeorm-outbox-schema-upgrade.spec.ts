@@ -4,13 +4,21 @@ import { DataSource } from 'typeorm';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
 import {
   ensureOutboxSchema,
+  NestjsOutboxSchema1780000000000,
+  NestjsOutboxSchema1781000000000,
   outboxSchemaStatus,
   TypeOrmOutboxStore,
 } from '../../../lib/stores/typeorm';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
 import { describeWithService } from '../../support/services';
 import { schemaV1 } from './fixtures-schema-v1';
-import { openDataSource, SERVICE_OF, TestDialect, uniquePrefix } from './typeorm-test-helpers';
+import {
+  dataSourceOptions,
+  openDataSource,
+  SERVICE_OF,
+  TestDialect,
+  uniquePrefix,
+} from './typeorm-test-helpers';
 
 const A: HandlerSubscription = { name: 'A.handle', types: ['up.event'] };
 
@@ -110,6 +118,57 @@ function upgradeOn(dialect: TestDialect): void {
   });
 }
 
-describe('typeorm schema upgrade on sqlite', () => upgradeOn('sqlite'));
-describeWithService(SERVICE_OF.postgres, 'typeorm schema upgrade', () => upgradeOn('postgres'));
+function migrationOn(dialect: TestDialect): void {
+  it('NestjsOutboxSchema1781000000000 upgrades version-1 tables as a TypeORM migration', async () => {
+    const ds = await new DataSource({
+      ...dataSourceOptions(dialect),
+      migrations: [NestjsOutboxSchema1780000000000, NestjsOutboxSchema1781000000000],
+      migrationsTableName: `${uniquePrefix('mig')}migrations`,
+    }).initialize();
+    const d = createDialect(ds, {});
+    try {
+      for (const ddl of d.dropSchema()) await ds.query(ddl);
+      // A database that ran release 0.1's migration: version-1 tables, the first migration recorded.
+      for (const ddl of schemaV1(d.name, d.tables)) await ds.query(ddl);
+      await ds.query(`INSERT INTO ${d.tables.version.text} (version) VALUES (1)`);
+      const table = ds.options.migrationsTableName!;
+      await ds.query(
+        `CREATE TABLE ${table} (id ${d.name === 'sqlite' ? 'INTEGER PRIMARY KEY AUTOINCREMENT' : 'SERIAL PRIMARY KEY'}, timestamp BIGINT NOT NULL, name VARCHAR(255) NOT NULL)`,
+      );
+      await ds.query(
+        `INSERT INTO ${table} (timestamp, name) VALUES (1780000000000, 'NestjsOutboxSchema1780000000000')`,
+      );
+      expect((await outboxSchemaStatus(ds)).current).toBe(1);
+      expect(await ds.runMigrations({ transaction: 'each' })).toHaveLength(1);
+      expect(await outboxSchemaStatus(ds)).toMatchObject({ current: 2, upToDate: true });
+      const store = new TypeOrmOutboxStore(ds);
+      await store.append([
+        {
+          id: randomUUID(),
+          type: 'up.event',
+          key: null,
+          payload: {},
+          headers: {},
+          occurredAt: new Date(),
+          availableAt: null,
+          handlers: ['A.handle'],
+        },
+      ]);
+      expect(await store.stats()).toMatchObject({ pending: 1, dead: 0 });
+    } finally {
+      for (const ddl of d.dropSchema()) await ds.query(ddl);
+      await ds.query(`DROP TABLE IF EXISTS ${ds.options.migrationsTableName}`);
+      await ds.destroy();
+    }
+  });
+}
+
+describe('typeorm schema upgrade on sqlite', () => {
+  upgradeOn('sqlite');
+  migrationOn('sqlite');
+});
+describeWithService(SERVICE_OF.postgres, 'typeorm schema upgrade', () => {
+  upgradeOn('postgres');
+  migrationOn('postgres');
+});
 describeWithService(SERVICE_OF.mariadb, 'typeorm schema upgrade', () => upgradeOn('mariadb'));
