@@ -40,7 +40,7 @@ export class OutboxShutdownError extends OutboxError {
 }
 
 /** Claims one worker may have in flight at once (see `poll`). */
-const MAX_CLAIMS_IN_FLIGHT = 2;
+const MAX_CLAIMS_IN_FLIGHT = 3;
 /** How long one retention run keeps deleting full batches before it leaves the rest for the next. */
 const CLEANUP_BUDGET_MS = 10_000;
 
@@ -323,7 +323,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
    * slot that frees starts its next delivery at once instead of after a claim round trip.
    */
   private freeSlots(): number {
-    const ahead = this.config.concurrency + this.config.batchSize;
+    const ahead = this.config.concurrency + (MAX_CLAIMS_IN_FLIGHT - 1) * this.config.batchSize;
     return ahead - this.runs.size - this.waiting.length - this.reserved;
   }
 

@@ -7,7 +7,18 @@ export class SqlText {
   constructor(
     readonly text: string,
     readonly params: readonly unknown[],
+    /** A hot statement of fixed text: dialects that can may keep it prepared per connection. */
+    readonly prepare = false,
   ) {}
+}
+
+/**
+ * Marks a whole statement as one to keep prepared. Only for statements whose text does not vary
+ * with their values (arrays instead of IN lists, limits as parameters): a server keeps one
+ * prepared statement per text and connection.
+ */
+export function prepared(stmt: SqlText): SqlText {
+  return new SqlText(stmt.text, stmt.params, true);
 }
 
 /** Tagged template: interpolated `SqlText` is inlined, anything else becomes a parameter. */

@@ -53,6 +53,12 @@ export interface TypeOrmOutboxStoreOptions extends OutboxTableOptions {
   errorMaxLength?: number;
   /** `init()` creates missing tables (see `ensureOutboxSchema`). @default false */
   ensureSchema?: boolean;
+  /**
+   * PostgreSQL: run the claim, ack and append as named prepared statements (parsed and planned
+   * once per connection). Turn off behind a pooler that does not keep prepared statements
+   * (PgBouncer in transaction mode before 1.21). @default true
+   */
+  preparedStatements?: boolean;
 }
 
 /** Unexpanded deliveries turned into per-handler ones per claim, at most. */
@@ -329,7 +335,7 @@ WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')${withi
     SELECT 1 FROM ${this.D} p
     WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}))
 ORDER BY c.event_seq
-LIMIT ${raw(String(Math.floor(limit)))} ${lock ? d.skipLocked : EMPTY}`;
+LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     const columns = sql`d.id, d.handler, d.attempts, d.lease_owner, d.lease_token, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${this.eventColumns('e')}`;
     const rows = await d.run(
       () =>

@@ -30,6 +30,7 @@ export async function createTypeOrmOutboxStore(
     tablePrefix: options.tablePrefix,
     schema: options.schema,
     ensureSchema: options.ensureSchema ?? process.env.NODE_ENV !== 'production',
+    preparedStatements: options.preparedStatements,
     errorMaxLength: ctx.options.limits?.errorMaxLength,
   });
   await store.init();

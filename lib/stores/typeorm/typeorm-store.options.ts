@@ -14,4 +14,10 @@ export interface TypeOrmStoreOptions {
   schema?: string;
   /** Create the tables at bootstrap if missing. @default false in production, true otherwise */
   ensureSchema?: boolean;
+  /**
+   * PostgreSQL: keep the claim, ack and append prepared per connection. Set `false` behind a
+   * pooler that does not support named prepared statements (PgBouncer in transaction mode before
+   * 1.21). @default true
+   */
+  preparedStatements?: boolean;
 }

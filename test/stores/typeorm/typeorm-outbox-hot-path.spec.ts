@@ -32,7 +32,9 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
   beforeAll(async () => {
     ds = await openDataSource('postgres');
     h = await storeFor(ds, uniquePrefix('hot'));
-    store = h.store;
+    // Statements through TypeORM's query runner, so the test can record and EXPLAIN them (the
+    // prepared path runs the same text).
+    store = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix, preparedStatements: false });
   }, 60_000);
   afterAll(async () => {
     await h?.drop();
@@ -150,8 +152,8 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
         // Both take their snapshot before either inserts.
         await first.query('SELECT 1');
         await second.query('SELECT 1');
-        await store.append([event], { manager: first.manager });
-        const late = store.append([event], { manager: second.manager });
+        await h.store.append([event], { manager: first.manager });
+        const late = h.store.append([event], { manager: second.manager });
         await first.commitTransaction();
         const outcome = await late.then(
           () => 'no-op',
@@ -162,10 +164,10 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
         // and the caller's retry (as for any serialization failure) is a no-op.
         else expect(outcome).toBe('40001');
         if (second.isTransactionActive) await second.rollbackTransaction();
-        await expect(store.append([event])).resolves.toHaveLength(1);
-        await expect(store.append([{ ...event, payload: { same: false } }])).rejects.toBeInstanceOf(
-          DuplicateEventError,
-        );
+        await expect(h.store.append([event])).resolves.toHaveLength(1);
+        await expect(
+          h.store.append([{ ...event, payload: { same: false } }]),
+        ).rejects.toBeInstanceOf(DuplicateEventError);
         const rows = await ds.query(`SELECT COUNT(*)::int AS n FROM ${h.tables.deliveries.text}`);
         expect(rows[0].n).toBe(1);
       } finally {
@@ -188,12 +190,12 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
       handlers: ['A.handle'],
     };
     const taken = { ...base, id: randomUUID(), payload: { v: 1 } };
-    await store.append([taken]);
+    await h.store.append([taken]);
     const runner = ds.createQueryRunner();
     try {
       await runner.startTransaction();
       await expect(
-        store.append(
+        h.store.append(
           [
             { ...base, id: randomUUID(), payload: { v: 2 } },
             { ...taken, payload: { v: 'other' } },

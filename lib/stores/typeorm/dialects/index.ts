@@ -44,9 +44,16 @@ export function schemaStatements(
       : sqliteDdl(tables);
 }
 
-export function createDialect(dataSource: DataSource, options: OutboxTableOptions): SqlDialect {
+export function createDialect(
+  dataSource: DataSource,
+  options: OutboxTableOptions & { preparedStatements?: boolean },
+): SqlDialect {
   const name = dialectName(dataSource.options.type);
-  const ctx = { dataSource, tables: outboxTableNames(name, options) };
+  const ctx = {
+    dataSource,
+    tables: outboxTableNames(name, options),
+    preparedStatements: options.preparedStatements ?? true,
+  };
   if (name === 'postgres') return new PostgresDialect(ctx);
   if (name === 'mysql') return new MysqlDialect(ctx);
   return new SqliteDialect(ctx);

@@ -1,5 +1,7 @@
+import { createHash } from 'node:crypto';
+import type { QueryRunner } from 'typeorm';
 import { OUTBOX_ERROR_HISTORY } from '../../../outbox.constants';
-import { raw, sql, SqlText } from '../sql';
+import { prepared, raw, sql, SqlText } from '../sql';
 import { OutboxTableNames } from '../typeorm-outbox.tables';
 import {
   ClaimCandidates,
@@ -15,7 +17,16 @@ import {
   Row,
   RunOptions,
   SqlDialect,
+  StatementResult,
 } from './sql-dialect';
+
+/** The part of a `pg` client the prepared path uses. */
+interface PgClient {
+  query(config: { name: string; text: string; values: unknown[] }): Promise<{
+    rows?: Row[];
+    rowCount?: number | null;
+  }>;
+}
 
 /**
  * PostgreSQL 12+ (tested on 15): `timestamptz(3)`, `json` payloads, partial indexes.
@@ -116,6 +127,33 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     this.tables = ctx.tables;
   }
 
+  /** Names of the statements prepared on connections, by text. */
+  private readonly preparedNames = new Map<string, string>();
+
+  /**
+   * Hot statements (claim, ack, append) run as named prepared statements on the pooled `pg`
+   * client: parsed and planned once per connection instead of on every call. The rest go
+   * through TypeORM as usual.
+   */
+  protected override async exec(runner: QueryRunner, stmt: SqlText): Promise<StatementResult> {
+    if (!stmt.prepare || !this.ctx.preparedStatements) return super.exec(runner, stmt);
+    const { text, params } = this.compile(stmt);
+    let name = this.preparedNames.get(text);
+    if (!name) {
+      name = `nestjs_outbox_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
+      this.preparedNames.set(text, name);
+    }
+    const client = (await runner.connect()) as PgClient;
+    try {
+      const result = await client.query({ name, text, values: params });
+      return { rows: result.rows ?? [], affected: result.rowCount ?? 0 };
+    } catch (error) {
+      // The same error TypeORM would throw, so callers see one kind whichever path ran.
+      const { QueryFailedError } = require('typeorm') as typeof import('typeorm');
+      throw new QueryFailedError(text, params, error as Error);
+    }
+  }
+
   protected compile(stmt: SqlText): { text: string; params: unknown[] } {
     let i = 0;
     return { text: stmt.text.replace(/\?/g, () => `$${++i}`), params: [...stmt.params] };
@@ -181,7 +219,7 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
    */
   *appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>> {
     const deliveries = rows.flatMap((r) => r.deliveries.map((d) => ({ ...d, eventId: r.id })));
-    const { rows: inserted } = yield sql`WITH input AS (
+    const { rows: inserted } = yield prepared(sql`WITH input AS (
   SELECT * FROM unnest(${rows.map((r) => r.id)}::uuid[], ${rows.map((r) => r.type)}::text[], ${rows.map((r) => r.key)}::text[], ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[], ${rows.map((r) => r.occurredAt.toISOString())}::timestamptz[], ${rows.map((r) => r.availableAt?.toISOString() ?? null)}::timestamptz[])
     WITH ORDINALITY AS i(id, type, event_key, payload, headers, occurred_at, available_at, n)
 ), ev AS (
@@ -194,7 +232,7 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   SELECT h.id, ev.seq, ev.type, ev.event_key, h.handler, 'pending', 0, ev.available_at, '[]'
   FROM ev JOIN unnest(${deliveries.map((d) => d.eventId)}::uuid[], ${deliveries.map((d) => d.id)}::uuid[], ${deliveries.map((d) => d.handler)}::text[]) AS h(event_id, id, handler) ON h.event_id = ev.id
 )
-SELECT id, seq, available_at FROM ev`;
+SELECT id, seq, available_at FROM ev`);
     return new Map(
       inserted.map((r) => [
         String(r.id).toLowerCase(),
@@ -217,21 +255,21 @@ SELECT id, seq, available_at FROM ev`;
 
   /** One statement of fixed text for any number of leases (arrays, not an OR list). */
   *deleteLeased(leases: readonly LeaseRef[]): Plan<Row[]> {
-    const { rows } = yield sql`DELETE FROM ${this.tables.deliveries} AS d
+    const { rows } = yield prepared(sql`DELETE FROM ${this.tables.deliveries} AS d
 USING unnest(${leases.map((l) => l.deliveryId)}::uuid[], ${leases.map((l) => l.owner)}::text[], ${leases.map((l) => l.token)}::text[]) AS l(id, owner, token)
 WHERE d.id = l.id AND d.lease_owner = l.owner AND d.lease_token = l.token AND d.status = 'leased' AND d.lease_until > now()
-RETURNING d.id`;
+RETURNING d.id`);
     return rows;
   }
 
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
     const { rows } =
-      yield sql`WITH c AS MATERIALIZED (${candidates({ limit: req.limit, lock: true })})
+      yield prepared(sql`WITH c AS MATERIALIZED (${candidates({ limit: req.limit, lock: true })})
 UPDATE ${this.tables.deliveries} AS d
 SET status = 'leased', attempts = d.attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
 FROM c, ${this.tables.events} AS e
 WHERE d.id = c.id AND e.seq = d.event_seq
-RETURNING ${columns}`;
+RETURNING ${columns}`);
     return rows;
   }
 

@@ -201,6 +201,8 @@ export interface SqlDialect {
 export interface DialectContext {
   dataSource: DataSource;
   tables: OutboxTableNames;
+  /** Keep hot statements prepared per connection where the dialect can. @default true */
+  preparedStatements: boolean;
 }
 
 /** Delivery rows per INSERT; keeps every dialect under its bound-parameter limit. */
