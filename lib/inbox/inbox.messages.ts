@@ -9,10 +9,11 @@ export const InboxMessages = {
   cleanupFailed: (table: string, error: unknown) =>
     `Inbox retention on ${table} failed: ${describe(error)}`,
   notConfigured: (where: string) =>
-    `@Inbox() on ${where} has no DataSource: configure OutboxModule.forRoot({ inbox: { dataSource } }), ` +
+    `@Inbox() on ${where} has no DataSource: configure InboxModule.forRoot({ dataSource }) or OutboxModule.forRoot({ inbox: { dataSource } }), ` +
     "use the 'typeorm' store, or pass @Inbox({ dataSource: token })",
   moduleMissing: () =>
-    '@Inbox() needs OutboxModule: import OutboxModule.forRoot({ …, inbox: { … } }) in the application',
+    '@Inbox() needs InboxModule or OutboxModule: import InboxModule.forRoot({ dataSource }) (consumers only) ' +
+    'or OutboxModule.forRoot({ …, inbox: { … } }) in the application',
   dataSourceNotFound: (where: string, token: unknown) =>
     `@Inbox() on ${where}: no provider for DataSource token ${describeToken(token)}`,
   notADataSource: (where: string) =>

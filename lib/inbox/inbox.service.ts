@@ -11,12 +11,12 @@ import { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
 import type { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, EntityManager } from 'typeorm';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import type { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
-import { OUTBOX_HANDLER_METADATA, OUTBOX_RESOLVED_OPTIONS } from '../outbox.constants';
+import { OUTBOX_HANDLER_METADATA } from '../outbox.constants';
 import {
   INBOX_CLEANUP_INTERVAL,
   INBOX_MANAGER_PARAMS_METADATA,
   INBOX_METADATA,
+  INBOX_RESOLVED_OPTIONS,
 } from './inbox.constants';
 import { InboxMessages } from './inbox.messages';
 import { normalizeKey, MissingMessageId } from './inbox-message-id';
@@ -40,7 +40,6 @@ export class InboxService
   implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown
 {
   private readonly logger = new Logger('OutboxInbox');
-  private readonly config: ResolvedInboxOptions | null;
   private readonly stores = new Map<unknown, Promise<InboxStore>>();
   private readonly byDataSource = new Map<DataSource, Promise<InboxStore>>();
   private readonly counters: InboxStats = {
@@ -56,14 +55,12 @@ export class InboxService
   private cleaning: Promise<unknown> | null = null;
 
   constructor(
-    @Inject(OUTBOX_RESOLVED_OPTIONS) options: ResolvedOutboxOptions,
+    @Inject(INBOX_RESOLVED_OPTIONS) private readonly config: ResolvedInboxOptions | null,
     private readonly moduleRef: ModuleRef,
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
-  ) {
-    this.config = options.inbox;
-  }
+  ) {}
 
   /** Validates every `@Inbox()` method and prepares its table before anything is delivered. */
   async onModuleInit(): Promise<void> {
