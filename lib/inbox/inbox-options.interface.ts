@@ -29,6 +29,12 @@ export interface OutboxInboxOptions {
   cleanupBatchSize?: number;
   /** Isolation of the inbox transaction. @default the database's (READ COMMITTED on PostgreSQL, REPEATABLE READ on MySQL) */
   isolationLevel?: InboxIsolationLevel;
+  /**
+   * How long a delivery waits for a concurrent delivery of the same message to finish before it
+   * fails with `InboxInProgressError` (HTTP 409) and gives its connection back. MySQL rounds up to
+   * whole seconds. @default 5000
+   */
+  lockTimeoutMs?: number;
   /** The table is `${tablePrefix}inbox`. @default 'outbox_' */
   tablePrefix?: string;
   /** PostgreSQL schema (or MySQL database) of the table. @default the connection's */
@@ -47,6 +53,7 @@ export interface ResolvedInboxOptions {
   cleanupIntervalMs: number;
   cleanupBatchSize: number;
   isolationLevel?: InboxIsolationLevel;
+  lockTimeoutMs: number;
   tablePrefix: string;
   schema?: string;
   ensureSchema: boolean;
@@ -86,6 +93,8 @@ export interface InboxOptions {
   dataSource?: InboxDataSourceToken | object;
   /** @default the module's `inbox.isolationLevel` */
   isolationLevel?: InboxIsolationLevel;
+  /** @default the module's `inbox.lockTimeoutMs` */
+  lockTimeoutMs?: number;
 }
 
 /** Counters of `InboxService.stats()`, since the process started. */

@@ -1,12 +1,14 @@
 import {
   BadRequestException,
   CallHandler,
+  ConflictException,
   ExecutionContext,
   Injectable,
   NestInterceptor,
 } from '@nestjs/common';
 import { ModuleRef, Reflector } from '@nestjs/core';
 import { defer, from, lastValueFrom, mergeAll, Observable, of, toArray } from 'rxjs';
+import { InboxInProgressError } from '../errors/inbox-in-progress.error';
 import { InboxMessageIdError } from '../errors/inbox-message-id.error';
 import { INBOX_METADATA } from './inbox.constants';
 import { runInInboxScope } from './inbox.context';
@@ -45,16 +47,27 @@ export class InboxInterceptor implements NestInterceptor {
     if (messageId instanceof MissingMessageId)
       throw this.refuse(context, consumer, messageId.reason);
 
-    const result = await this.inbox().run(
-      { consumer, messageId },
-      // The handler may return an Observable (microservice replies, streams): all of its values
-      // are collected inside the transaction so nothing runs after the commit, then replayed.
-      (manager) =>
-        runInInboxScope({ manager, consumer, messageId }, () =>
-          lastValueFrom(next.handle().pipe(toArray())),
-        ),
-      options,
-    );
+    const result = await this.inbox()
+      .run(
+        { consumer, messageId },
+        // The handler may return an Observable (microservice replies, streams): all of its values
+        // are collected inside the transaction so nothing runs after the commit, then replayed.
+        (manager) =>
+          runInInboxScope({ manager, consumer, messageId }, () =>
+            lastValueFrom(next.handle().pipe(toArray())),
+          ),
+        options,
+      )
+      .catch((error: unknown) => {
+        // IETF idempotency-key draft: a request whose key is still being processed gets 409.
+        if (error instanceof InboxInProgressError && context.getType<string>() === 'http') {
+          throw new ConflictException(
+            'A request with this idempotency key is still being processed; retry later',
+            { cause: error },
+          );
+        }
+        throw error;
+      });
     if (!result.duplicate) return from(result.value);
     const duplicate =
       typeof options.duplicateResult === 'function'

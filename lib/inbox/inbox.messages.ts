@@ -26,6 +26,8 @@ export const InboxMessages = {
   badConsumer: (where: string, reason: string) => `@Inbox() on ${where}: consumer ${reason}`,
   badIsolationLevel: (where: string, value: unknown) =>
     `@Inbox() on ${where}: isolationLevel ${JSON.stringify(value)} is not READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ or SERIALIZABLE`,
+  badLockTimeout: (where: string, value: unknown) =>
+    `@Inbox() on ${where}: lockTimeoutMs ${JSON.stringify(value)} is not a positive whole number of milliseconds`,
   badMessageIdSource: (where: string) =>
     `@Inbox() on ${where}: messageId must be { header: string }, { path: string } or a function (context) => string`,
 };

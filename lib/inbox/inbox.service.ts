@@ -111,12 +111,13 @@ export class InboxService
   async run<T>(
     key: { consumer: string; messageId: string },
     work: (manager: EntityManager) => Promise<T>,
-    options: Pick<InboxOptions, 'dataSource' | 'isolationLevel'> = {},
+    options: Pick<InboxOptions, 'dataSource' | 'isolationLevel' | 'lockTimeoutMs'> = {},
   ): Promise<InboxRunResult<T>> {
     const store = await this.storeFor(options.dataSource, key.consumer);
     try {
       const result = await store.run(key.consumer, key.messageId, work, {
         isolationLevel: options.isolationLevel ?? this.config?.isolationLevel,
+        lockTimeoutMs: options.lockTimeoutMs ?? this.config?.lockTimeoutMs,
         onTransientRetry: () => this.counters.transientRetries++,
       });
       if (result.duplicate) {
@@ -258,6 +259,16 @@ export class InboxService
       throw new OutboxOptionsError(
         '@Inbox isolationLevel',
         InboxMessages.badIsolationLevel(where, options.isolationLevel as InboxIsolationLevel),
+      );
+    }
+    const lockTimeoutMs = options.lockTimeoutMs as unknown;
+    if (
+      lockTimeoutMs !== undefined &&
+      !(Number.isSafeInteger(lockTimeoutMs) && (lockTimeoutMs as number) >= 1)
+    ) {
+      throw new OutboxOptionsError(
+        '@Inbox lockTimeoutMs',
+        InboxMessages.badLockTimeout(where, lockTimeoutMs),
       );
     }
     const source = options.messageId as unknown;

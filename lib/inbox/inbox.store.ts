@@ -1,7 +1,9 @@
+import { InboxInProgressError } from '../errors/inbox-in-progress.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { inboxDialectFor, InboxDialect, InboxStatement, InboxTable } from './dialects';
 import { InboxIsolationLevel } from './inbox-options.interface';
+import { DEFAULT_LOCK_TIMEOUT_MS } from './inbox-options';
 
 /** Where the inbox table lives. */
 export interface InboxTableOptions {
@@ -9,6 +11,14 @@ export interface InboxTableOptions {
   tablePrefix?: string;
   /** PostgreSQL schema / MySQL database. */
   schema?: string;
+}
+
+/** Per-run settings of `InboxStore.run`. */
+export interface InboxRunOptions {
+  isolationLevel?: InboxIsolationLevel;
+  /** How long the claim waits for a concurrent claim of the same key. @default 5000 */
+  lockTimeoutMs?: number;
+  onTransientRetry?: () => void;
 }
 
 export type InboxRunResult<T> = { duplicate: true } | { duplicate: false; value: T };
@@ -88,7 +98,7 @@ export class InboxStore {
     consumer: string,
     messageId: string,
     work: (manager: EntityManager) => Promise<T>,
-    options: { isolationLevel?: InboxIsolationLevel; onTransientRetry?: () => void } = {},
+    options: InboxRunOptions = {},
   ): Promise<InboxRunResult<T>> {
     const task = () => this.runNow(consumer, messageId, work, options);
     if (!this.dialect.serialTransactions) return task();
@@ -101,17 +111,32 @@ export class InboxStore {
     consumer: string,
     messageId: string,
     work: (manager: EntityManager) => Promise<T>,
-    options: { isolationLevel?: InboxIsolationLevel; onTransientRetry?: () => void },
+    options: InboxRunOptions,
   ): Promise<InboxRunResult<T>> {
+    const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
     for (let attempt = 1; ; attempt++) {
       const runner = this.dataSource.createQueryRunner('master');
       let claimed: boolean;
+      let bounded = false;
       try {
         await runner.startTransaction(options.isolationLevel);
+        // A duplicate of a message still being processed waits on its row lock while holding a
+        // pooled connection; without a bound, N redeliveries of one long message pin N connections.
+        const bound = this.dialect.setLockTimeout(lockTimeoutMs);
+        if (bound) {
+          await runner.query(bound.sql, bound.params);
+          bounded = true;
+        }
         claimed = (await exec(runner, this.dialect.claim(this.names, consumer, messageId))) > 0;
+        bounded = false;
+        await this.restoreLockTimeout(runner);
       } catch (error) {
         await rollback(runner);
+        if (bounded) await this.restoreLockTimeout(runner).catch(() => undefined);
         await runner.release();
+        if (this.dialect.isLockTimeout(error)) {
+          throw new InboxInProgressError(consumer, messageId, lockTimeoutMs);
+        }
         if (attempt < CLAIM_ATTEMPTS && this.dialect.isTransient(error)) {
           options.onTransientRetry?.();
           await pause(10 * attempt + Math.random() * 20);
@@ -134,6 +159,11 @@ export class InboxStore {
         await runner.release();
       }
     }
+  }
+
+  private async restoreLockTimeout(runner: QueryRunner): Promise<void> {
+    const restore = this.dialect.restoreLockTimeout();
+    if (restore) await runner.query(restore.sql, restore.params);
   }
 
   /**

@@ -27,6 +27,15 @@ export interface InboxDialect {
   dropSchema(t: InboxTable): string[];
   /** Affects one row when claimed, none when the message was already processed. */
   claim(t: InboxTable, consumer: string, messageId: string): InboxStatement;
+  /**
+   * Bounds how long the claim waits on a concurrent claim of the same key, remembering the
+   * setting it replaces; `restoreLockTimeout` puts that back for the consumer's own work. `null`
+   * where there is no row lock to wait on (SQLite runs one transaction at a time).
+   */
+  setLockTimeout(ms: number): InboxStatement | null;
+  restoreLockTimeout(): InboxStatement | null;
+  /** The claim gave up waiting on the row lock of a concurrent claim. */
+  isLockTimeout(error: unknown): boolean;
   /** Deletes at most `batchSize` records processed more than `retentionMs` ago (store clock). */
   deleteExpired(t: InboxTable, retentionMs: number, batchSize: number): InboxStatement;
   /**

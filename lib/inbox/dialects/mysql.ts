@@ -1,8 +1,10 @@
 import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
 
 // ER_LOCK_DEADLOCK: three or more transactions inserting one key while the first rolls back can
-// deadlock on their shared locks; ER_LOCK_WAIT_TIMEOUT: a claim waited on a long handler.
-const TRANSIENT = new Set([1213, 1205]);
+// deadlock on their shared locks. ER_LOCK_WAIT_TIMEOUT (1205) is the claim's own bound on waiting
+// for a long handler: retrying would only wait again, so it is reported as "in progress".
+const TRANSIENT = new Set([1213]);
+const ER_LOCK_WAIT_TIMEOUT = 1205;
 
 const LOCK_NAME =
   "(SELECT IF(CHAR_LENGTH(n) <= 64, n, SHA1(n)) FROM (SELECT CONCAT(COALESCE(DATABASE(), ''), '.', ?) AS n) AS lock_name)";
@@ -40,6 +42,18 @@ export const mysqlInboxDialect: InboxDialect = {
     sql: `INSERT IGNORE INTO ${t.table} (consumer, message_id, processed_at) VALUES (?, ?, UTC_TIMESTAMP(3))`,
     params: [consumer, messageId],
   }),
+
+  // innodb_lock_wait_timeout is whole seconds and per session: the pooled connection gets its
+  // previous value back right after the claim.
+  setLockTimeout: (ms) => ({
+    sql: 'SET @nestjs_outbox_lock_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = ?',
+    params: [Math.max(1, Math.ceil(ms / 1000))],
+  }),
+  restoreLockTimeout: () => ({
+    sql: 'SET SESSION innodb_lock_wait_timeout = @nestjs_outbox_lock_wait',
+    params: [],
+  }),
+  isLockTimeout: (error) => Number(driverErrorField(error, 'errno')) === ER_LOCK_WAIT_TIMEOUT,
 
   deleteExpired: (t, retentionMs, batchSize) => ({
     sql: `DELETE FROM ${t.table} WHERE processed_at < UTC_TIMESTAMP(3) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`,

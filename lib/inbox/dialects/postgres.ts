@@ -1,8 +1,9 @@
 import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
 
 // 40001 serialization_failure (REPEATABLE READ / SERIALIZABLE meeting a concurrent claim),
-// 40P01 deadlock_detected, 55P03 lock_not_available.
-const TRANSIENT = new Set(['40001', '40P01', '55P03']);
+// 40P01 deadlock_detected. 55P03 lock_not_available is the claim's own lock timeout: retrying
+// would only wait again, so it is reported as "in progress" instead.
+const TRANSIENT = new Set(['40001', '40P01']);
 
 export const postgresInboxDialect: InboxDialect = {
   name: 'postgres',
@@ -35,6 +36,18 @@ export const postgresInboxDialect: InboxDialect = {
     sql: `INSERT INTO ${t.table} (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
     params: [consumer, messageId],
   }),
+
+  // set_config(…, true) is SET LOCAL: both settings also end with the transaction.
+  setLockTimeout: (ms) => ({
+    sql: `SELECT set_config('nestjs_outbox.lock_timeout', current_setting('lock_timeout'), true) AS previous,
+      set_config('lock_timeout', $1, true) AS current`,
+    params: [`${Math.max(1, Math.ceil(ms))}ms`],
+  }),
+  restoreLockTimeout: () => ({
+    sql: `SELECT set_config('lock_timeout', current_setting('nestjs_outbox.lock_timeout'), true) AS restored`,
+    params: [],
+  }),
+  isLockTimeout: (error) => driverErrorField(error, 'code') === '55P03',
 
   deleteExpired: (t, retentionMs, batchSize) => ({
     sql: `DELETE FROM ${t.table} WHERE (consumer, message_id) IN (

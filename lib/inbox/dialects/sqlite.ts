@@ -39,6 +39,10 @@ export const sqliteInboxDialect: InboxDialect = {
     params: [retentionMs, batchSize],
   }),
 
+  setLockTimeout: () => null,
+  restoreLockTimeout: () => null,
+  isLockTimeout: () => false,
+
   tryLock: () => null,
   unlock: () => null,
 
