@@ -11,3 +11,4 @@ export * from './idempotency-in-progress.error';
 export * from './inbox-context.error';
 export * from './inbox-message-id.error';
 export * from './inbox-in-progress.error';
+export * from './idempotency-key-reused.error';

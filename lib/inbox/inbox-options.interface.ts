@@ -95,6 +95,21 @@ export interface InboxOptions {
   isolationLevel?: InboxIsolationLevel;
   /** @default the module's `inbox.lockTimeoutMs` */
   lockTimeoutMs?: number;
+  /**
+   * HTTP only: who a key belongs to, e.g. `(req) => req.user.id`. Keys are unique per (consumer,
+   * scope): another principal's equal key is another request. Without it every caller of the route
+   * shares one key space (a different request with a known key still gets 422, never its result).
+   * `undefined`/`null` is one scope of its own (anonymous callers).
+   * @default none: keys are scoped by the consumer only
+   */
+  scope?: (request: any, context: ExecutionContext) => unknown;
+  /**
+   * HTTP only: what a key is bound to. A repeat of the key with a different fingerprint is refused
+   * with 422 (`IdempotencyKeyReusedError`). `false` turns the check off; a function returns the
+   * value to hash (JSON).
+   * @default the request method, URL (path and query) and parsed body
+   */
+  fingerprint?: false | ((request: any, context: ExecutionContext) => unknown);
 }
 
 /** Counters of `InboxService.stats()`, since the process started. */

@@ -5,9 +5,11 @@ import {
   ExecutionContext,
   Injectable,
   NestInterceptor,
+  UnprocessableEntityException,
 } from '@nestjs/common';
 import { ModuleRef, Reflector } from '@nestjs/core';
 import { defer, from, lastValueFrom, mergeAll, Observable, of, toArray } from 'rxjs';
+import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.error';
 import { InboxInProgressError } from '../errors/inbox-in-progress.error';
 import { InboxMessageIdError } from '../errors/inbox-message-id.error';
 import { INBOX_METADATA } from './inbox.constants';
@@ -16,6 +18,7 @@ import { InboxMessages } from './inbox.messages';
 import { consumerName, MissingMessageId, normalizeKey, resolveMessageId } from './inbox-message-id';
 import { InboxOptions } from './inbox-options.interface';
 import { InboxService } from './inbox.service';
+import { httpRequestKey } from './inbox-request-key';
 
 /**
  * Applied by `@Inbox()`. It depends only on `ModuleRef` and `Reflector`, which every module can
@@ -47,18 +50,25 @@ export class InboxInterceptor implements NestInterceptor {
     if (messageId instanceof MissingMessageId)
       throw this.refuse(context, consumer, messageId.reason);
 
+    const { recordId, fingerprint } = await httpRequestKey(context, options, messageId);
     const result = await this.inbox()
       .run(
-        { consumer, messageId },
+        { consumer, messageId: recordId },
         // The handler may return an Observable (microservice replies, streams): all of its values
         // are collected inside the transaction so nothing runs after the commit, then replayed.
         (manager) =>
           runInInboxScope({ manager, consumer, messageId }, () =>
             lastValueFrom(next.handle().pipe(toArray())),
           ),
-        options,
+        { ...options, fingerprint },
       )
       .catch((error: unknown) => {
+        if (error instanceof IdempotencyKeyReusedError && context.getType<string>() === 'http') {
+          throw new UnprocessableEntityException(
+            'This idempotency key was already used for a different request; send a new key',
+            { cause: error },
+          );
+        }
         // IETF idempotency-key draft: a request whose key is still being processed gets 409.
         if (error instanceof InboxInProgressError && context.getType<string>() === 'http') {
           throw new ConflictException(

@@ -28,6 +28,9 @@ export const InboxMessages = {
     `@Inbox() on ${where}: isolationLevel ${JSON.stringify(value)} is not READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ or SERIALIZABLE`,
   badLockTimeout: (where: string, value: unknown) =>
     `@Inbox() on ${where}: lockTimeoutMs ${JSON.stringify(value)} is not a positive whole number of milliseconds`,
+  badHook: (where: string, name: string) =>
+    `@Inbox() on ${where}: ${name} must be a function (request, context) => value` +
+    (name === 'fingerprint' ? ' or false' : ''),
   badMessageIdSource: (where: string) =>
     `@Inbox() on ${where}: messageId must be { header: string }, { path: string } or a function (context) => string`,
 };

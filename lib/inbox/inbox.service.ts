@@ -10,6 +10,7 @@ import { DiscoveryService, MetadataScanner, ModuleRef, Reflector } from '@nestjs
 import { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
 import type { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, EntityManager } from 'typeorm';
+import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OUTBOX_HANDLER_METADATA } from '../outbox.constants';
 import {
@@ -111,13 +112,16 @@ export class InboxService
   async run<T>(
     key: { consumer: string; messageId: string },
     work: (manager: EntityManager) => Promise<T>,
-    options: Pick<InboxOptions, 'dataSource' | 'isolationLevel' | 'lockTimeoutMs'> = {},
+    options: Pick<InboxOptions, 'dataSource' | 'isolationLevel' | 'lockTimeoutMs'> & {
+      fingerprint?: string;
+    } = {},
   ): Promise<InboxRunResult<T>> {
     const store = await this.storeFor(options.dataSource, key.consumer);
     try {
       const result = await store.run(key.consumer, key.messageId, work, {
         isolationLevel: options.isolationLevel ?? this.config?.isolationLevel,
         lockTimeoutMs: options.lockTimeoutMs ?? this.config?.lockTimeoutMs,
+        fingerprint: options.fingerprint,
         onTransientRetry: () => this.counters.transientRetries++,
       });
       if (result.duplicate) {
@@ -128,7 +132,7 @@ export class InboxService
       }
       return result;
     } catch (error) {
-      this.counters.failed++;
+      if (!(error instanceof IdempotencyKeyReusedError)) this.counters.failed++;
       throw error;
     }
   }
@@ -269,6 +273,19 @@ export class InboxService
       throw new OutboxOptionsError(
         '@Inbox lockTimeoutMs',
         InboxMessages.badLockTimeout(where, lockTimeoutMs),
+      );
+    }
+    if (options.scope !== undefined && typeof options.scope !== 'function') {
+      throw new OutboxOptionsError('@Inbox scope', InboxMessages.badHook(where, 'scope'));
+    }
+    if (
+      options.fingerprint !== undefined &&
+      options.fingerprint !== false &&
+      typeof options.fingerprint !== 'function'
+    ) {
+      throw new OutboxOptionsError(
+        '@Inbox fingerprint',
+        InboxMessages.badHook(where, 'fingerprint'),
       );
     }
     const source = options.messageId as unknown;

@@ -8,7 +8,7 @@ export { INBOX_MODULE_OPTIONS } from './inbox.module-definition';
 export type { InboxModuleOptions } from './inbox.module-definition';
 export { ensureInboxSchema } from './inbox.store';
 export type { InboxCleanupResult, InboxRunResult, InboxTableOptions } from './inbox.store';
-export { createInboxMigration } from './inbox.migration';
+export { createInboxFingerprintMigration, createInboxMigration } from './inbox.migration';
 export { INBOX_CLEANUP_INTERVAL } from './inbox.constants';
 export type {
   InboxDataSourceToken,

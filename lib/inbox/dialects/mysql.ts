@@ -29,6 +29,7 @@ export const mysqlInboxDialect: InboxDialect = {
       consumer VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
       message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
       processed_at DATETIME(3) NOT NULL,
+      fingerprint VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
       PRIMARY KEY (consumer, message_id),
       KEY ${t.index} (processed_at)
     ) ENGINE=InnoDB`,
@@ -38,10 +39,21 @@ export const mysqlInboxDialect: InboxDialect = {
 
   // INSERT IGNORE also downgrades errors such as truncation to warnings; ids and consumers are
   // validated (length, characters) before they reach this statement so that cannot merge keys.
-  claim: (t, consumer, messageId) => ({
-    sql: `INSERT IGNORE INTO ${t.table} (consumer, message_id, processed_at) VALUES (?, ?, UTC_TIMESTAMP(3))`,
+  claim: (t, consumer, messageId, fingerprint) => ({
+    sql: `INSERT IGNORE INTO ${t.table} (consumer, message_id, processed_at, fingerprint) VALUES (?, ?, UTC_TIMESTAMP(3), ?)`,
+    params: [consumer, messageId, fingerprint],
+  }),
+
+  readFingerprint: (t, consumer, messageId) => ({
+    sql: `SELECT fingerprint FROM ${t.table} WHERE consumer = ? AND message_id = ?`,
     params: [consumer, messageId],
   }),
+
+  addFingerprint: (t) =>
+    `ALTER TABLE ${t.table} ADD COLUMN fingerprint VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL`,
+  dropFingerprint: (t) => `ALTER TABLE ${t.table} DROP COLUMN fingerprint`,
+  // ER_DUP_FIELDNAME
+  isDuplicateColumn: (error) => Number(driverErrorField(error, 'errno')) === 1060,
 
   // innodb_lock_wait_timeout is whole seconds and per session: the pooled connection gets its
   // previous value back right after the claim.

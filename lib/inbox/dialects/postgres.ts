@@ -23,6 +23,7 @@ export const postgresInboxDialect: InboxDialect = {
       consumer varchar(255) NOT NULL,
       message_id varchar(255) NOT NULL,
       processed_at timestamptz NOT NULL DEFAULT now(),
+      fingerprint varchar(64),
       PRIMARY KEY (consumer, message_id)
     )`,
     `CREATE INDEX IF NOT EXISTS ${t.index} ON ${t.table} (processed_at)`,
@@ -32,10 +33,20 @@ export const postgresInboxDialect: InboxDialect = {
 
   // A concurrent uncommitted claim of the same key makes this wait on the row lock and then
   // either skip (it committed) or insert (it rolled back).
-  claim: (t, consumer, messageId) => ({
-    sql: `INSERT INTO ${t.table} (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+  claim: (t, consumer, messageId, fingerprint) => ({
+    sql: `INSERT INTO ${t.table} (consumer, message_id, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+    params: [consumer, messageId, fingerprint],
+  }),
+
+  readFingerprint: (t, consumer, messageId) => ({
+    sql: `SELECT fingerprint FROM ${t.table} WHERE consumer = $1 AND message_id = $2`,
     params: [consumer, messageId],
   }),
+
+  addFingerprint: (t) => `ALTER TABLE ${t.table} ADD COLUMN fingerprint varchar(64)`,
+  dropFingerprint: (t) => `ALTER TABLE ${t.table} DROP COLUMN fingerprint`,
+  // 42701 duplicate_column
+  isDuplicateColumn: (error) => driverErrorField(error, 'code') === '42701',
 
   // set_config(…, true) is SET LOCAL: both settings also end with the transaction.
   setLockTimeout: (ms) => ({
