@@ -96,6 +96,14 @@ export interface InboxOptions {
   /** @default the module's `inbox.lockTimeoutMs` */
   lockTimeoutMs?: number;
   /**
+   * RabbitMQ: set `false` when the microservice runs with `noAck: false` (manual acknowledgement,
+   * which dead-lettering needs). The inbox then rejects a message it refuses (no usable id) with
+   * `nack(requeue = false)`, so the queue's dead-letter exchange gets it, and acknowledges a
+   * duplicate whose method it skipped. Leave it unset with `noAck: true`: acking twice closes the
+   * channel. @default true (Nest's default)
+   */
+  noAck?: boolean;
+  /**
    * HTTP only: who a key belongs to, e.g. `(req) => req.user.id`. Keys are unique per (consumer,
    * scope): another principal's equal key is another request. Without it every caller of the route
    * shares one key space (a different request with a known key still gets 422, never its result).

@@ -28,6 +28,12 @@ export const InboxMessages = {
     `@Inbox() on ${where}: isolationLevel ${JSON.stringify(value)} is not READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ or SERIALIZABLE`,
   badLockTimeout: (where: string, value: unknown) =>
     `@Inbox() on ${where}: lockTimeoutMs ${JSON.stringify(value)} is not a positive whole number of milliseconds`,
+  refused: (consumer: string, reason: string, rejected: boolean) =>
+    `@Inbox() on ${consumer} refused a message: ${reason}; ` +
+    (rejected
+      ? 'rejected to the broker (nack without requeue: its dead-letter exchange receives it)'
+      : 'the error goes to the transport (set @Inbox({ noAck: false }) with a manual-ack RabbitMQ consumer to dead-letter it)'),
+  badNoAck: (where: string) => `@Inbox() on ${where}: noAck must be a boolean`,
   badHook: (where: string, name: string) =>
     `@Inbox() on ${where}: ${name} must be a function (request, context) => value` +
     (name === 'fingerprint' ? ' or false' : ''),

@@ -275,6 +275,9 @@ export class InboxService
         InboxMessages.badLockTimeout(where, lockTimeoutMs),
       );
     }
+    if (options.noAck !== undefined && typeof options.noAck !== 'boolean') {
+      throw new OutboxOptionsError('@Inbox noAck', InboxMessages.badNoAck(where));
+    }
     if (options.scope !== undefined && typeof options.scope !== 'function') {
       throw new OutboxOptionsError('@Inbox scope', InboxMessages.badHook(where, 'scope'));
     }
