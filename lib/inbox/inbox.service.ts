@@ -12,6 +12,7 @@ import type { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
+import { AmbientTransactions } from '../ambient-transaction';
 import { OUTBOX_HANDLER_METADATA } from '../outbox.constants';
 import {
   INBOX_CLEANUP_INTERVAL,
@@ -54,6 +55,7 @@ export class InboxService
   private cleanupTimer: NodeJS.Timeout | null = null;
   private scheduler: SchedulerRegistry | null = null;
   private cleaning: Promise<unknown> | null = null;
+  private readonly ambient: AmbientTransactions;
 
   constructor(
     @Inject(INBOX_RESOLVED_OPTIONS) private readonly config: ResolvedInboxOptions | null,
@@ -61,7 +63,9 @@ export class InboxService
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
-  ) {}
+  ) {
+    this.ambient = new AmbientTransactions(moduleRef);
+  }
 
   /** Validates every `@Inbox()` method and prepares its table before anything is delivered. */
   async onModuleInit(): Promise<void> {
@@ -118,12 +122,17 @@ export class InboxService
   ): Promise<InboxRunResult<T>> {
     const store = await this.storeFor(options.dataSource, key.consumer);
     try {
-      const result = await store.run(key.consumer, key.messageId, work, {
-        isolationLevel: options.isolationLevel ?? this.config?.isolationLevel,
-        lockTimeoutMs: options.lockTimeoutMs ?? this.config?.lockTimeoutMs,
-        fingerprint: options.fingerprint,
-        onTransientRetry: () => this.counters.transientRetries++,
-      });
+      const result = await store.run(
+        key.consumer,
+        key.messageId,
+        (manager) => this.ambient.runAsAmbient(manager, () => work(manager)),
+        {
+          isolationLevel: options.isolationLevel ?? this.config?.isolationLevel,
+          lockTimeoutMs: options.lockTimeoutMs ?? this.config?.lockTimeoutMs,
+          fingerprint: options.fingerprint,
+          onTransientRetry: () => this.counters.transientRetries++,
+        },
+      );
       if (result.duplicate) {
         this.counters.duplicates++;
         this.logger.debug(InboxMessages.duplicate(key.consumer, key.messageId));
