@@ -17,6 +17,7 @@ import { OutboxStoreLifecycle } from './outbox-store.lifecycle';
 import { createOutboxStore } from './stores/store.factory';
 import { InboxContext } from './inbox/inbox.context';
 import { InboxService } from './inbox/inbox.service';
+import { INBOX_RESOLVED_OPTIONS } from './inbox/inbox.constants';
 
 /**
  * The outbox: `OutboxModule.forRoot(options)` or `forRootAsync({ imports, inject, useFactory })`.
@@ -46,6 +47,11 @@ import { InboxService } from './inbox/inbox.service';
         await store.init?.();
         return store;
       },
+    },
+    {
+      provide: INBOX_RESOLVED_OPTIONS,
+      inject: [OUTBOX_RESOLVED_OPTIONS],
+      useFactory: (options: ResolvedOutboxOptions) => options.inbox,
     },
     OutboxMetadataAccessor,
     OutboxHandlerRegistry,

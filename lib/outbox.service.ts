@@ -1,4 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { AmbientTransaction, AmbientTransactions } from './ambient-transaction';
 import { OutboxValidationError } from './errors/outbox-validation.error';
 import { OutboxEvent, OutboxEventInput } from './interfaces/outbox-event.interface';
 import { ResolvedOutboxOptions } from './interfaces/outbox-module-options.interface';
@@ -10,7 +12,9 @@ import { validateEvent } from './outbox-validation';
 export interface AppendOptions {
   /**
    * The TypeORM `EntityManager` (or `QueryRunner`) of your open transaction: the events commit or
-   * roll back with it. Omit it to let the store use a short transaction of its own.
+   * roll back with it. Omitted with a TypeORM store, the append joins the ambient transaction — a
+   * `@Transactional()` one of `@nestjs-cls/transactional`, else the running `@Inbox()` one — and
+   * refuses when that cannot be joined; with none, the store uses a short transaction of its own.
    */
   manager?: unknown;
 }
@@ -18,11 +22,16 @@ export interface AppendOptions {
 /** Appends events to the outbox. */
 @Injectable()
 export class OutboxService {
+  private readonly ambient: AmbientTransactions;
+
   constructor(
     @Inject(OUTBOX_STORE) private readonly store: OutboxStore,
     @Inject(OUTBOX_RESOLVED_OPTIONS) private readonly options: ResolvedOutboxOptions,
     private readonly registry: OutboxHandlerRegistry,
-  ) {}
+    moduleRef: ModuleRef,
+  ) {
+    this.ambient = new AmbientTransactions(moduleRef);
+  }
 
   /**
    * Validates and stores one event or a batch (all or nothing) and returns what was stored, ids
@@ -52,7 +61,30 @@ export class OutboxService {
       const valid = validateEvent(e, limits, single ? 'event' : `events[${i}]`);
       return { ...valid, handlers: this.registry.handlerNamesFor(valid.type) };
     });
-    const stored = await this.store.append(events, { manager: options.manager });
+    // Only SQL stores can join a transaction: memory ignores a manager, Redis refuses one.
+    const ambient =
+      options.manager === undefined && this.options.store.type === 'typeorm'
+        ? this.ambient.current()
+        : null;
+    const stored = await this.store
+      .append(events, { manager: options.manager ?? ambient?.manager })
+      .catch((error: unknown) => {
+        throw ambient ? refuseAmbient(ambient, error) : error;
+      });
     return (single ? stored[0] : stored) as OutboxEvent<T> | OutboxEvent<T>[];
   }
+}
+
+/**
+ * An ambient transaction the store cannot join (another DataSource, not a TypeORM manager) is
+ * refused: committing the event on its own would publish it even if that transaction rolled back.
+ */
+function refuseAmbient(ambient: AmbientTransaction, error: unknown): unknown {
+  if (!(error instanceof OutboxValidationError) || error.field !== 'options.manager') return error;
+  return new OutboxValidationError(
+    'options.manager',
+    `append() without a manager runs inside a ${ambient.source} transaction that the outbox cannot join ` +
+      `(${error.reason}). The event was not written on its own, since it would be published even if that ` +
+      'transaction rolled back: give the outbox the same DataSource, or pass { manager } explicitly.',
+  );
 }

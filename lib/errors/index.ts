@@ -10,3 +10,5 @@ export * from './outbox-admin-options.error';
 export * from './idempotency-in-progress.error';
 export * from './inbox-context.error';
 export * from './inbox-message-id.error';
+export * from './inbox-in-progress.error';
+export * from './idempotency-key-reused.error';

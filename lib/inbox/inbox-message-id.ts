@@ -37,6 +37,13 @@ export function normalizeKey(value: unknown, what: string): string | MissingMess
   if (text !== text.trim() || hasControlCharacter(text)) {
     return new MissingMessageId(`${what} has surrounding spaces or control characters`);
   }
+  // Drivers encode a lone UTF-16 surrogate as U+FFFD, so ids differing only there would share
+  // one record and the second message would be dropped as a duplicate of the first.
+  if (!isWellFormed(text)) {
+    return new MissingMessageId(
+      `${what} is not well-formed Unicode (it contains a lone UTF-16 surrogate)`,
+    );
+  }
   return text;
 }
 
@@ -130,6 +137,11 @@ function readHeader(context: ExecutionContext, name: string): unknown {
   const user = packet?.properties?.userProperties;
   if (user && typeof user === 'object') return headerValue(user[name] ?? user[lower]);
   return undefined;
+}
+
+function isWellFormed(text: string): boolean {
+  // String.prototype.isWellFormed is Node 20+, newer than the ES2022 typings this package builds with.
+  return (text as string & { isWellFormed(): boolean }).isWellFormed();
 }
 
 function hasControlCharacter(text: string): boolean {

@@ -29,6 +29,12 @@ export interface OutboxInboxOptions {
   cleanupBatchSize?: number;
   /** Isolation of the inbox transaction. @default the database's (READ COMMITTED on PostgreSQL, REPEATABLE READ on MySQL) */
   isolationLevel?: InboxIsolationLevel;
+  /**
+   * How long a delivery waits for a concurrent delivery of the same message to finish before it
+   * fails with `InboxInProgressError` (HTTP 409) and gives its connection back. MySQL rounds up to
+   * whole seconds. @default 5000
+   */
+  lockTimeoutMs?: number;
   /** The table is `${tablePrefix}inbox`. @default 'outbox_' */
   tablePrefix?: string;
   /** PostgreSQL schema (or MySQL database) of the table. @default the connection's */
@@ -47,6 +53,7 @@ export interface ResolvedInboxOptions {
   cleanupIntervalMs: number;
   cleanupBatchSize: number;
   isolationLevel?: InboxIsolationLevel;
+  lockTimeoutMs: number;
   tablePrefix: string;
   schema?: string;
   ensureSchema: boolean;
@@ -86,6 +93,31 @@ export interface InboxOptions {
   dataSource?: InboxDataSourceToken | object;
   /** @default the module's `inbox.isolationLevel` */
   isolationLevel?: InboxIsolationLevel;
+  /** @default the module's `inbox.lockTimeoutMs` */
+  lockTimeoutMs?: number;
+  /**
+   * RabbitMQ: set `false` when the microservice runs with `noAck: false` (manual acknowledgement,
+   * which dead-lettering needs). The inbox then rejects a message it refuses (no usable id) with
+   * `nack(requeue = false)`, so the queue's dead-letter exchange gets it, and acknowledges a
+   * duplicate whose method it skipped. Leave it unset with `noAck: true`: acking twice closes the
+   * channel. @default true (Nest's default)
+   */
+  noAck?: boolean;
+  /**
+   * HTTP only: who a key belongs to, e.g. `(req) => req.user.id`. Keys are unique per (consumer,
+   * scope): another principal's equal key is another request. Without it every caller of the route
+   * shares one key space (a different request with a known key still gets 422, never its result).
+   * `undefined`/`null` is one scope of its own (anonymous callers).
+   * @default none: keys are scoped by the consumer only
+   */
+  scope?: (request: any, context: ExecutionContext) => unknown;
+  /**
+   * HTTP only: what a key is bound to. A repeat of the key with a different fingerprint is refused
+   * with 422 (`IdempotencyKeyReusedError`). `false` turns the check off; a function returns the
+   * value to hash (JSON).
+   * @default the request method, URL (path and query) and parsed body
+   */
+  fingerprint?: false | ((request: any, context: ExecutionContext) => unknown);
 }
 
 /** Counters of `InboxService.stats()`, since the process started. */

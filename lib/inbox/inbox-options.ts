@@ -4,6 +4,7 @@ import type { OutboxStoreOptions } from '../interfaces/outbox-module-options.int
 import { IDENTIFIER } from './dialects';
 import { InboxIsolationLevel, ResolvedInboxOptions } from './inbox-options.interface';
 
+export const DEFAULT_LOCK_TIMEOUT_MS = 5_000;
 export const DEFAULT_INBOX_RETENTION_MS = 7 * 86_400_000;
 
 const ISOLATION_LEVELS: InboxIsolationLevel[] = [
@@ -81,6 +82,7 @@ export function resolveInboxOptions(
     cleanupIntervalMs: positiveInt('inbox.cleanupIntervalMs', o.cleanupIntervalMs, 60_000, 0),
     cleanupBatchSize: positiveInt('inbox.cleanupBatchSize', o.cleanupBatchSize, 1_000, 1),
     isolationLevel: o.isolationLevel as InboxIsolationLevel | undefined,
+    lockTimeoutMs: positiveInt('inbox.lockTimeoutMs', o.lockTimeoutMs, DEFAULT_LOCK_TIMEOUT_MS, 1),
     tablePrefix,
     schema: schema as string | undefined,
     ensureSchema:

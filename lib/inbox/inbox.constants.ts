@@ -8,3 +8,5 @@ export const INBOX_CLEANUP_INTERVAL = 'nestjs-outbox:inbox-cleanup';
 export const INBOX_KEY_MAX_LENGTH = 255;
 /** Header read for HTTP consumers when no other `messageId` source is given. */
 export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
+/** The module-level inbox options after defaults (`ResolvedInboxOptions | null`). */
+export const INBOX_RESOLVED_OPTIONS = 'outbox:inbox-resolved-options';

@@ -9,10 +9,11 @@ export const InboxMessages = {
   cleanupFailed: (table: string, error: unknown) =>
     `Inbox retention on ${table} failed: ${describe(error)}`,
   notConfigured: (where: string) =>
-    `@Inbox() on ${where} has no DataSource: configure OutboxModule.forRoot({ inbox: { dataSource } }), ` +
+    `@Inbox() on ${where} has no DataSource: configure InboxModule.forRoot({ dataSource }) or OutboxModule.forRoot({ inbox: { dataSource } }), ` +
     "use the 'typeorm' store, or pass @Inbox({ dataSource: token })",
   moduleMissing: () =>
-    '@Inbox() needs OutboxModule: import OutboxModule.forRoot({ …, inbox: { … } }) in the application',
+    '@Inbox() needs InboxModule or OutboxModule: import InboxModule.forRoot({ dataSource }) (consumers only) ' +
+    'or OutboxModule.forRoot({ …, inbox: { … } }) in the application',
   dataSourceNotFound: (where: string, token: unknown) =>
     `@Inbox() on ${where}: no provider for DataSource token ${describeToken(token)}`,
   notADataSource: (where: string) =>
@@ -25,6 +26,17 @@ export const InboxMessages = {
   badConsumer: (where: string, reason: string) => `@Inbox() on ${where}: consumer ${reason}`,
   badIsolationLevel: (where: string, value: unknown) =>
     `@Inbox() on ${where}: isolationLevel ${JSON.stringify(value)} is not READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ or SERIALIZABLE`,
+  badLockTimeout: (where: string, value: unknown) =>
+    `@Inbox() on ${where}: lockTimeoutMs ${JSON.stringify(value)} is not a positive whole number of milliseconds`,
+  refused: (consumer: string, reason: string, rejected: boolean) =>
+    `@Inbox() on ${consumer} refused a message: ${reason}; ` +
+    (rejected
+      ? 'rejected to the broker (nack without requeue: its dead-letter exchange receives it)'
+      : 'the error goes to the transport (set @Inbox({ noAck: false }) with a manual-ack RabbitMQ consumer to dead-letter it)'),
+  badNoAck: (where: string) => `@Inbox() on ${where}: noAck must be a boolean`,
+  badHook: (where: string, name: string) =>
+    `@Inbox() on ${where}: ${name} must be a function (request, context) => value` +
+    (name === 'fingerprint' ? ' or false' : ''),
   badMessageIdSource: (where: string) =>
     `@Inbox() on ${where}: messageId must be { header: string }, { path: string } or a function (context) => string`,
 };

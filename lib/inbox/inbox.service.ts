@@ -10,13 +10,15 @@ import { DiscoveryService, MetadataScanner, ModuleRef, Reflector } from '@nestjs
 import { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
 import type { SchedulerRegistry } from '@nestjs/schedule';
 import type { DataSource, EntityManager } from 'typeorm';
+import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import type { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
-import { OUTBOX_HANDLER_METADATA, OUTBOX_RESOLVED_OPTIONS } from '../outbox.constants';
+import { AmbientTransactions } from '../ambient-transaction';
+import { OUTBOX_HANDLER_METADATA } from '../outbox.constants';
 import {
   INBOX_CLEANUP_INTERVAL,
   INBOX_MANAGER_PARAMS_METADATA,
   INBOX_METADATA,
+  INBOX_RESOLVED_OPTIONS,
 } from './inbox.constants';
 import { InboxMessages } from './inbox.messages';
 import { normalizeKey, MissingMessageId } from './inbox-message-id';
@@ -40,7 +42,6 @@ export class InboxService
   implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown
 {
   private readonly logger = new Logger('OutboxInbox');
-  private readonly config: ResolvedInboxOptions | null;
   private readonly stores = new Map<unknown, Promise<InboxStore>>();
   private readonly byDataSource = new Map<DataSource, Promise<InboxStore>>();
   private readonly counters: InboxStats = {
@@ -54,15 +55,16 @@ export class InboxService
   private cleanupTimer: NodeJS.Timeout | null = null;
   private scheduler: SchedulerRegistry | null = null;
   private cleaning: Promise<unknown> | null = null;
+  private readonly ambient: AmbientTransactions;
 
   constructor(
-    @Inject(OUTBOX_RESOLVED_OPTIONS) options: ResolvedOutboxOptions,
+    @Inject(INBOX_RESOLVED_OPTIONS) private readonly config: ResolvedInboxOptions | null,
     private readonly moduleRef: ModuleRef,
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
   ) {
-    this.config = options.inbox;
+    this.ambient = new AmbientTransactions(moduleRef);
   }
 
   /** Validates every `@Inbox()` method and prepares its table before anything is delivered. */
@@ -114,14 +116,23 @@ export class InboxService
   async run<T>(
     key: { consumer: string; messageId: string },
     work: (manager: EntityManager) => Promise<T>,
-    options: Pick<InboxOptions, 'dataSource' | 'isolationLevel'> = {},
+    options: Pick<InboxOptions, 'dataSource' | 'isolationLevel' | 'lockTimeoutMs'> & {
+      fingerprint?: string;
+    } = {},
   ): Promise<InboxRunResult<T>> {
     const store = await this.storeFor(options.dataSource, key.consumer);
     try {
-      const result = await store.run(key.consumer, key.messageId, work, {
-        isolationLevel: options.isolationLevel ?? this.config?.isolationLevel,
-        onTransientRetry: () => this.counters.transientRetries++,
-      });
+      const result = await store.run(
+        key.consumer,
+        key.messageId,
+        (manager) => this.ambient.runAsAmbient(manager, () => work(manager)),
+        {
+          isolationLevel: options.isolationLevel ?? this.config?.isolationLevel,
+          lockTimeoutMs: options.lockTimeoutMs ?? this.config?.lockTimeoutMs,
+          fingerprint: options.fingerprint,
+          onTransientRetry: () => this.counters.transientRetries++,
+        },
+      );
       if (result.duplicate) {
         this.counters.duplicates++;
         this.logger.debug(InboxMessages.duplicate(key.consumer, key.messageId));
@@ -130,7 +141,7 @@ export class InboxService
       }
       return result;
     } catch (error) {
-      this.counters.failed++;
+      if (!(error instanceof IdempotencyKeyReusedError)) this.counters.failed++;
       throw error;
     }
   }
@@ -261,6 +272,32 @@ export class InboxService
       throw new OutboxOptionsError(
         '@Inbox isolationLevel',
         InboxMessages.badIsolationLevel(where, options.isolationLevel as InboxIsolationLevel),
+      );
+    }
+    const lockTimeoutMs = options.lockTimeoutMs as unknown;
+    if (
+      lockTimeoutMs !== undefined &&
+      !(Number.isSafeInteger(lockTimeoutMs) && (lockTimeoutMs as number) >= 1)
+    ) {
+      throw new OutboxOptionsError(
+        '@Inbox lockTimeoutMs',
+        InboxMessages.badLockTimeout(where, lockTimeoutMs),
+      );
+    }
+    if (options.noAck !== undefined && typeof options.noAck !== 'boolean') {
+      throw new OutboxOptionsError('@Inbox noAck', InboxMessages.badNoAck(where));
+    }
+    if (options.scope !== undefined && typeof options.scope !== 'function') {
+      throw new OutboxOptionsError('@Inbox scope', InboxMessages.badHook(where, 'scope'));
+    }
+    if (
+      options.fingerprint !== undefined &&
+      options.fingerprint !== false &&
+      typeof options.fingerprint !== 'function'
+    ) {
+      throw new OutboxOptionsError(
+        '@Inbox fingerprint',
+        InboxMessages.badHook(where, 'fingerprint'),
       );
     }
     const source = options.messageId as unknown;

@@ -1,7 +1,10 @@
+import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.error';
+import { InboxInProgressError } from '../errors/inbox-in-progress.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { inboxDialectFor, InboxDialect, InboxStatement, InboxTable } from './dialects';
 import { InboxIsolationLevel } from './inbox-options.interface';
+import { DEFAULT_LOCK_TIMEOUT_MS } from './inbox-options';
 
 /** Where the inbox table lives. */
 export interface InboxTableOptions {
@@ -9,6 +12,19 @@ export interface InboxTableOptions {
   tablePrefix?: string;
   /** PostgreSQL schema / MySQL database. */
   schema?: string;
+}
+
+/** Per-run settings of `InboxStore.run`. */
+export interface InboxRunOptions {
+  isolationLevel?: InboxIsolationLevel;
+  /** How long the claim waits for a concurrent claim of the same key. @default 5000 */
+  lockTimeoutMs?: number;
+  /**
+   * Stored with the record; a duplicate whose record has another fingerprint fails with
+   * `IdempotencyKeyReusedError` instead of counting as a duplicate.
+   */
+  fingerprint?: string;
+  onTransientRetry?: () => void;
 }
 
 export type InboxRunResult<T> = { duplicate: true } | { duplicate: false; value: T };
@@ -23,6 +39,12 @@ export interface InboxCleanupResult {
 // A claim that met a deadlock or serialization failure ran no user code yet, so it is simply
 // tried again a few times before the error goes to the caller (and its redelivery).
 const CLAIM_ATTEMPTS = 5;
+/**
+ * Version of the inbox table this code needs. 1: (consumer, message_id, processed_at); 2: adds
+ * `fingerprint` (HTTP idempotency keys bound to their request). The version is read from the
+ * columns: `ensureSchema` and `createInboxFingerprintMigration()` upgrade 1 → 2.
+ */
+export const INBOX_SCHEMA_VERSION = 2;
 // Bounds one retention run; the next interval continues where this one stopped.
 const MAX_BATCHES_PER_RUN = 50;
 
@@ -58,6 +80,12 @@ export class InboxStore {
       }
       try {
         for (const sql of this.dialect.createSchema(this.names)) await runner.query(sql);
+        if (!(await this.hasFingerprint(runner))) {
+          // Version 1 → 2; another process (MySQL, SQLite: not serialized) may have won.
+          await runner.query(this.dialect.addFingerprint(this.names)).catch((error: unknown) => {
+            if (!this.dialect.isDuplicateColumn(error)) throw error;
+          });
+        }
         if (serialize) await runner.commitTransaction();
       } catch (error) {
         if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
@@ -66,17 +94,30 @@ export class InboxStore {
     });
   }
 
-  /** Throws `OutboxOptionsError` naming the fix when the inbox table does not exist. */
+  /** Throws `OutboxOptionsError` naming the fix when the inbox table is missing or outdated. */
   async assertSchema(): Promise<void> {
     try {
       await this.dataSource.query(`SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
     } catch {
       throw new OutboxOptionsError(
         'inbox.ensureSchema',
-        `the inbox table ${this.names.plain} does not exist; add createInboxMigration() to your ` +
+        `the inbox table ${this.names.plain} does not exist; add createInboxMigration() and ` +
+          'createInboxFingerprintMigration() to your migrations and run them, or set inbox.ensureSchema: true',
+      );
+    }
+    if (!(await withRunner(this.dataSource, (runner) => this.hasFingerprint(runner)))) {
+      throw new OutboxOptionsError(
+        'inbox.ensureSchema',
+        `the inbox table ${this.names.plain} is at schema version 1 (no fingerprint column), this ` +
+          `version needs ${INBOX_SCHEMA_VERSION}; add createInboxFingerprintMigration() to your ` +
           'migrations and run them, or set inbox.ensureSchema: true',
       );
     }
+  }
+
+  /** Whether the table has version 2's fingerprint column. */
+  async hasFingerprint(runner: QueryRunner): Promise<boolean> {
+    return runner.hasColumn(this.names.plain, 'fingerprint');
   }
 
   /**
@@ -88,7 +129,7 @@ export class InboxStore {
     consumer: string,
     messageId: string,
     work: (manager: EntityManager) => Promise<T>,
-    options: { isolationLevel?: InboxIsolationLevel; onTransientRetry?: () => void } = {},
+    options: InboxRunOptions = {},
   ): Promise<InboxRunResult<T>> {
     const task = () => this.runNow(consumer, messageId, work, options);
     if (!this.dialect.serialTransactions) return task();
@@ -101,17 +142,38 @@ export class InboxStore {
     consumer: string,
     messageId: string,
     work: (manager: EntityManager) => Promise<T>,
-    options: { isolationLevel?: InboxIsolationLevel; onTransientRetry?: () => void },
+    options: InboxRunOptions,
   ): Promise<InboxRunResult<T>> {
+    const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
     for (let attempt = 1; ; attempt++) {
       const runner = this.dataSource.createQueryRunner('master');
       let claimed: boolean;
+      let bounded = false;
       try {
         await runner.startTransaction(options.isolationLevel);
-        claimed = (await exec(runner, this.dialect.claim(this.names, consumer, messageId))) > 0;
+        // A duplicate of a message still being processed waits on its row lock while holding a
+        // pooled connection; without a bound, N redeliveries of one long message pin N connections.
+        const bound = this.dialect.setLockTimeout(lockTimeoutMs);
+        if (bound) {
+          await runner.query(bound.sql, bound.params);
+          bounded = true;
+        }
+        const claim = this.dialect.claim(
+          this.names,
+          consumer,
+          messageId,
+          options.fingerprint ?? null,
+        );
+        claimed = (await exec(runner, claim)) > 0;
+        bounded = false;
+        await this.restoreLockTimeout(runner);
       } catch (error) {
         await rollback(runner);
+        if (bounded) await this.restoreLockTimeout(runner).catch(() => undefined);
         await runner.release();
+        if (this.dialect.isLockTimeout(error)) {
+          throw new InboxInProgressError(consumer, messageId, lockTimeoutMs);
+        }
         if (attempt < CLAIM_ATTEMPTS && this.dialect.isTransient(error)) {
           options.onTransientRetry?.();
           await pause(10 * attempt + Math.random() * 20);
@@ -122,6 +184,15 @@ export class InboxStore {
       try {
         if (!claimed) {
           await runner.rollbackTransaction();
+          if (options.fingerprint !== undefined) {
+            const read = this.dialect.readFingerprint(this.names, consumer, messageId);
+            const rows = (await runner.query(read.sql, read.params)) as { fingerprint: unknown }[];
+            const stored = rows[0]?.fingerprint;
+            // Records written before version 2, or by non-HTTP consumers, have none to compare.
+            if (typeof stored === 'string' && stored !== options.fingerprint) {
+              throw new IdempotencyKeyReusedError(consumer, messageId);
+            }
+          }
           return { duplicate: true };
         }
         const value = await work(runner.manager);
@@ -134,6 +205,11 @@ export class InboxStore {
         await runner.release();
       }
     }
+  }
+
+  private async restoreLockTimeout(runner: QueryRunner): Promise<void> {
+    const restore = this.dialect.restoreLockTimeout();
+    if (restore) await runner.query(restore.sql, restore.params);
   }
 
   /**

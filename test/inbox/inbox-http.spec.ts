@@ -122,4 +122,14 @@ describe('@Inbox() on HTTP routes [sqlite]', () => {
     expect(await effects.count('r-1')).toBe(1);
     expect(await inboxTable(dataSource, 'outbox_').count('payments-api', 'r-1')).toBe(1);
   });
+
+  it('refuses ids with lone UTF-16 surrogates (drivers would store both as U+FFFD and merge them)', async () => {
+    const effectsBefore = await effects.count();
+    for (const requestId of ['lone-\ud800', 'lone-\udc00']) {
+      const res = await post('/payments/by-body', { requestId }).expect(400);
+      expect(res.body.message).toMatch(/payload path "requestId" is not well-formed Unicode/);
+    }
+    expect(await effects.count()).toBe(effectsBefore);
+    await post('/payments/by-body', { requestId: 'pair-\ud83d\ude00' }).expect(201);
+  });
 });

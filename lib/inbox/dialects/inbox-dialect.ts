@@ -22,11 +22,34 @@ export interface InboxStatement {
 export interface InboxDialect {
   readonly name: 'postgres' | 'mysql' | 'sqlite';
   tableNames(tablePrefix: string, schema?: string): InboxTable;
-  /** Idempotent DDL for the table and its retention index. */
+  /** Idempotent DDL for the table (current version) and its retention index. */
   createSchema(t: InboxTable): string[];
   dropSchema(t: InboxTable): string[];
+  /**
+   * Version 1 → 2: the request fingerprint column (HTTP idempotency keys, SPEC §2.16). Fails
+   * with `isDuplicateColumn` when another process added it first.
+   */
+  addFingerprint(t: InboxTable): string;
+  dropFingerprint(t: InboxTable): string;
+  isDuplicateColumn(error: unknown): boolean;
   /** Affects one row when claimed, none when the message was already processed. */
-  claim(t: InboxTable, consumer: string, messageId: string): InboxStatement;
+  claim(
+    t: InboxTable,
+    consumer: string,
+    messageId: string,
+    fingerprint: string | null,
+  ): InboxStatement;
+  /** The stored fingerprint of a processed message, as column `fingerprint`. */
+  readFingerprint(t: InboxTable, consumer: string, messageId: string): InboxStatement;
+  /**
+   * Bounds how long the claim waits on a concurrent claim of the same key, remembering the
+   * setting it replaces; `restoreLockTimeout` puts that back for the consumer's own work. `null`
+   * where there is no row lock to wait on (SQLite runs one transaction at a time).
+   */
+  setLockTimeout(ms: number): InboxStatement | null;
+  restoreLockTimeout(): InboxStatement | null;
+  /** The claim gave up waiting on the row lock of a concurrent claim. */
+  isLockTimeout(error: unknown): boolean;
   /** Deletes at most `batchSize` records processed more than `retentionMs` ago (store clock). */
   deleteExpired(t: InboxTable, retentionMs: number, batchSize: number): InboxStatement;
   /**

@@ -1,8 +1,10 @@
 import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
 
 // ER_LOCK_DEADLOCK: three or more transactions inserting one key while the first rolls back can
-// deadlock on their shared locks; ER_LOCK_WAIT_TIMEOUT: a claim waited on a long handler.
-const TRANSIENT = new Set([1213, 1205]);
+// deadlock on their shared locks. ER_LOCK_WAIT_TIMEOUT (1205) is the claim's own bound on waiting
+// for a long handler: retrying would only wait again, so it is reported as "in progress".
+const TRANSIENT = new Set([1213]);
+const ER_LOCK_WAIT_TIMEOUT = 1205;
 
 const LOCK_NAME =
   "(SELECT IF(CHAR_LENGTH(n) <= 64, n, SHA1(n)) FROM (SELECT CONCAT(COALESCE(DATABASE(), ''), '.', ?) AS n) AS lock_name)";
@@ -27,6 +29,7 @@ export const mysqlInboxDialect: InboxDialect = {
       consumer VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
       message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
       processed_at DATETIME(3) NOT NULL,
+      fingerprint VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
       PRIMARY KEY (consumer, message_id),
       KEY ${t.index} (processed_at)
     ) ENGINE=InnoDB`,
@@ -36,10 +39,33 @@ export const mysqlInboxDialect: InboxDialect = {
 
   // INSERT IGNORE also downgrades errors such as truncation to warnings; ids and consumers are
   // validated (length, characters) before they reach this statement so that cannot merge keys.
-  claim: (t, consumer, messageId) => ({
-    sql: `INSERT IGNORE INTO ${t.table} (consumer, message_id, processed_at) VALUES (?, ?, UTC_TIMESTAMP(3))`,
+  claim: (t, consumer, messageId, fingerprint) => ({
+    sql: `INSERT IGNORE INTO ${t.table} (consumer, message_id, processed_at, fingerprint) VALUES (?, ?, UTC_TIMESTAMP(3), ?)`,
+    params: [consumer, messageId, fingerprint],
+  }),
+
+  readFingerprint: (t, consumer, messageId) => ({
+    sql: `SELECT fingerprint FROM ${t.table} WHERE consumer = ? AND message_id = ?`,
     params: [consumer, messageId],
   }),
+
+  addFingerprint: (t) =>
+    `ALTER TABLE ${t.table} ADD COLUMN fingerprint VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL`,
+  dropFingerprint: (t) => `ALTER TABLE ${t.table} DROP COLUMN fingerprint`,
+  // ER_DUP_FIELDNAME
+  isDuplicateColumn: (error) => Number(driverErrorField(error, 'errno')) === 1060,
+
+  // innodb_lock_wait_timeout is whole seconds and per session: the pooled connection gets its
+  // previous value back right after the claim.
+  setLockTimeout: (ms) => ({
+    sql: 'SET @nestjs_outbox_lock_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = ?',
+    params: [Math.max(1, Math.ceil(ms / 1000))],
+  }),
+  restoreLockTimeout: () => ({
+    sql: 'SET SESSION innodb_lock_wait_timeout = @nestjs_outbox_lock_wait',
+    params: [],
+  }),
+  isLockTimeout: (error) => Number(driverErrorField(error, 'errno')) === ER_LOCK_WAIT_TIMEOUT,
 
   deleteExpired: (t, retentionMs, batchSize) => ({
     sql: `DELETE FROM ${t.table} WHERE processed_at < UTC_TIMESTAMP(3) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`,

@@ -1,8 +1,9 @@
 import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
 
 // 40001 serialization_failure (REPEATABLE READ / SERIALIZABLE meeting a concurrent claim),
-// 40P01 deadlock_detected, 55P03 lock_not_available.
-const TRANSIENT = new Set(['40001', '40P01', '55P03']);
+// 40P01 deadlock_detected. 55P03 lock_not_available is the claim's own lock timeout: retrying
+// would only wait again, so it is reported as "in progress" instead.
+const TRANSIENT = new Set(['40001', '40P01']);
 
 export const postgresInboxDialect: InboxDialect = {
   name: 'postgres',
@@ -22,6 +23,7 @@ export const postgresInboxDialect: InboxDialect = {
       consumer varchar(255) NOT NULL,
       message_id varchar(255) NOT NULL,
       processed_at timestamptz NOT NULL DEFAULT now(),
+      fingerprint varchar(64),
       PRIMARY KEY (consumer, message_id)
     )`,
     `CREATE INDEX IF NOT EXISTS ${t.index} ON ${t.table} (processed_at)`,
@@ -31,10 +33,32 @@ export const postgresInboxDialect: InboxDialect = {
 
   // A concurrent uncommitted claim of the same key makes this wait on the row lock and then
   // either skip (it committed) or insert (it rolled back).
-  claim: (t, consumer, messageId) => ({
-    sql: `INSERT INTO ${t.table} (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+  claim: (t, consumer, messageId, fingerprint) => ({
+    sql: `INSERT INTO ${t.table} (consumer, message_id, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+    params: [consumer, messageId, fingerprint],
+  }),
+
+  readFingerprint: (t, consumer, messageId) => ({
+    sql: `SELECT fingerprint FROM ${t.table} WHERE consumer = $1 AND message_id = $2`,
     params: [consumer, messageId],
   }),
+
+  addFingerprint: (t) => `ALTER TABLE ${t.table} ADD COLUMN fingerprint varchar(64)`,
+  dropFingerprint: (t) => `ALTER TABLE ${t.table} DROP COLUMN fingerprint`,
+  // 42701 duplicate_column
+  isDuplicateColumn: (error) => driverErrorField(error, 'code') === '42701',
+
+  // set_config(…, true) is SET LOCAL: both settings also end with the transaction.
+  setLockTimeout: (ms) => ({
+    sql: `SELECT set_config('nestjs_outbox.lock_timeout', current_setting('lock_timeout'), true) AS previous,
+      set_config('lock_timeout', $1, true) AS current`,
+    params: [`${Math.max(1, Math.ceil(ms))}ms`],
+  }),
+  restoreLockTimeout: () => ({
+    sql: `SELECT set_config('lock_timeout', current_setting('nestjs_outbox.lock_timeout'), true) AS restored`,
+    params: [],
+  }),
+  isLockTimeout: (error) => driverErrorField(error, 'code') === '55P03',
 
   deleteExpired: (t, retentionMs, batchSize) => ({
     sql: `DELETE FROM ${t.table} WHERE (consumer, message_id) IN (

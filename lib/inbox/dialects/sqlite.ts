@@ -20,6 +20,7 @@ export const sqliteInboxDialect: InboxDialect = {
       consumer TEXT NOT NULL,
       message_id TEXT NOT NULL,
       processed_at INTEGER NOT NULL,
+      fingerprint TEXT,
       PRIMARY KEY (consumer, message_id)
     )`,
     `CREATE INDEX IF NOT EXISTS ${t.index} ON ${t.table} (processed_at)`,
@@ -27,10 +28,20 @@ export const sqliteInboxDialect: InboxDialect = {
 
   dropSchema: (t) => [`DROP TABLE IF EXISTS ${t.table}`],
 
-  claim: (t, consumer, messageId) => ({
-    sql: `INSERT OR IGNORE INTO ${t.table} (consumer, message_id, processed_at) VALUES (?, ?, ${NOW_MS})`,
+  claim: (t, consumer, messageId, fingerprint) => ({
+    sql: `INSERT OR IGNORE INTO ${t.table} (consumer, message_id, processed_at, fingerprint) VALUES (?, ?, ${NOW_MS}, ?)`,
+    params: [consumer, messageId, fingerprint],
+  }),
+
+  readFingerprint: (t, consumer, messageId) => ({
+    sql: `SELECT fingerprint FROM ${t.table} WHERE consumer = ? AND message_id = ?`,
     params: [consumer, messageId],
   }),
+
+  addFingerprint: (t) => `ALTER TABLE ${t.table} ADD COLUMN fingerprint TEXT`,
+  dropFingerprint: (t) => `ALTER TABLE ${t.table} DROP COLUMN fingerprint`,
+  isDuplicateColumn: (error) =>
+    error instanceof Error && /duplicate column name/i.test(error.message),
 
   // DELETE … LIMIT needs a compile-time option SQLite builds usually lack.
   deleteExpired: (t, retentionMs, batchSize) => ({
@@ -38,6 +49,10 @@ export const sqliteInboxDialect: InboxDialect = {
       SELECT rowid FROM ${t.table} WHERE processed_at < ${NOW_MS} - ? LIMIT ?)`,
     params: [retentionMs, batchSize],
   }),
+
+  setLockTimeout: () => null,
+  restoreLockTimeout: () => null,
+  isLockTimeout: () => false,
 
   tryLock: () => null,
   unlock: () => null,

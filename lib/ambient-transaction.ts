@@ -1,0 +1,80 @@
+import type { ModuleRef } from '@nestjs/core';
+import type { DataSource, EntityManager } from 'typeorm';
+import { currentInboxScope } from './inbox/inbox.context';
+
+/** The parts of `@nestjs-cls/transactional`'s `TransactionHost` used here. */
+interface TransactionHostLike {
+  readonly tx: unknown;
+  isTransactionActive(): boolean;
+}
+
+/** Where `append()` without `manager` found an open transaction to join. */
+export interface AmbientTransaction {
+  manager: unknown;
+  /** Named in errors: `@Transactional()` or `@Inbox()`. */
+  source: string;
+}
+
+/**
+ * Finds the ambient transactions `OutboxService.append()` joins and `@Inbox()` publishes:
+ * `@nestjs-cls/transactional`'s `TransactionHost` (an optional peer, loaded only when an append
+ * or an inbox run asks, and only used when the app registered `ClsPluginTransactional`), then the
+ * `@Inbox()` transaction of the calling code.
+ */
+export class AmbientTransactions {
+  private host: TransactionHostLike | null | undefined;
+
+  constructor(private readonly moduleRef: ModuleRef) {}
+
+  /** The transaction `append()` without a manager must join, or null when there is none. */
+  current(): AmbientTransaction | null {
+    const host = this.transactionHost();
+    if (host?.isTransactionActive()) return { manager: host.tx, source: '@Transactional()' };
+    const inbox = currentInboxScope();
+    if (inbox) return { manager: inbox.manager, source: '@Inbox()' };
+    return null;
+  }
+
+  /**
+   * Runs `fn` with `manager` as `TransactionHost`'s active transaction, so `@Transactional()`
+   * methods (Propagation.Required) and `txHost.tx` inside an `@Inbox()` method write in the inbox
+   * transaction. Only when the host's adapter works on the inbox's DataSource: a host for another
+   * database keeps its own transactions.
+   */
+  runAsAmbient<T>(manager: EntityManager, fn: () => Promise<T>): Promise<T> {
+    const host = this.transactionHost() as
+      (TransactionHostLike & { setTxInstance?: (tx: unknown) => void }) | null;
+    if (!host || host.isTransactionActive()) return fn();
+    const fallback = host.tx as Partial<EntityManager> | undefined;
+    if (fallback?.connection !== (manager.connection as DataSource)) return fn();
+    // TransactionHost has no public "join this transaction"; this is what its own
+    // runWithTransaction does (a nested CLS context holding the transaction). Tested against the
+    // supported @nestjs-cls/transactional versions; a version without it keeps the old behaviour.
+    const setTxInstance = host.setTxInstance;
+    if (typeof setTxInstance !== 'function') return fn();
+    const { ClsServiceManager } = require('nestjs-cls') as typeof import('nestjs-cls');
+    return ClsServiceManager.getClsService().run({ ifNested: 'inherit' }, () => {
+      setTxInstance.call(host, manager);
+      return fn().finally(() => setTxInstance.call(host, undefined));
+    });
+  }
+
+  private transactionHost(): TransactionHostLike | null {
+    if (this.host !== undefined) return this.host;
+    let token: unknown;
+    try {
+      token = (require('@nestjs-cls/transactional') as typeof import('@nestjs-cls/transactional'))
+        .TransactionHost;
+    } catch {
+      // Not installed (or its peer nestjs-cls is missing): no ambient transactions to find.
+      return (this.host = null);
+    }
+    try {
+      this.host = this.moduleRef.get(token as never, { strict: false }) as TransactionHostLike;
+    } catch {
+      // Installed but the app did not register ClsPluginTransactional.
+      this.host = null;
+    }
+    return this.host;
+  }
+}
