@@ -652,7 +652,8 @@ describe('OutboxDispatcher', () => {
     for (let i = 0; i < 200 && done < 60; i++) await tick(20);
     expect(done).toBe(60);
     expect(peak).toBeLessThanOrEqual(4);
-    expect(peakClaims).toBe(2);
+    // Up to three claims overlap (free slots plus up to two batches claimed ahead).
+    expect(peakClaims).toBe(3);
     // Let the last (fake-timed) claims answer before the app closes.
     t.dispatcher.pause();
     await tick(100);

@@ -116,6 +116,8 @@ describe('outbox end to end (real app, memory store)', () => {
       mailer.failuresLeft = 0;
       expect(await registration.store.replay({ ids: [items[0].id] })).toBe(1);
       await waitFor(() => mailer.sent.includes('bob@example.com'));
+      // The handler's slot frees when it returns; its ack follows in the background.
+      await waitFor(async () => (await registration.store.stats()).leased === 0);
       expect(await registration.store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
       expect(dispatcher.stats()).toMatchObject({ succeeded: 2, deadLettered: 1, retried: 2 });
     } finally {
