@@ -6,7 +6,7 @@
  */
 import { resolve } from 'node:path';
 import type { DataSource, DataSourceOptions } from 'typeorm';
-import { MissingDependencyError } from './errors/missing-dependency.error';
+import { assertInstalled } from './optional-peers';
 import { dialectName, schemaStatements } from './stores/typeorm/dialects';
 import { DialectName } from './stores/typeorm/dialects/sql-dialect';
 import { ensureOutboxSchema, outboxSchemaStatus } from './stores/typeorm/typeorm-outbox.schema';
@@ -46,12 +46,17 @@ function parseArgs(argv: string[]): { positional: string[]; flags: Record<string
   return { positional, flags };
 }
 
-function loadTypeOrm(): typeof import('typeorm') {
-  try {
-    return require('typeorm') as typeof import('typeorm');
-  } catch {
-    throw new MissingDependencyError('typeorm', 'The nestjs-outbox schema CLI');
-  }
+/** Driver package TypeORM loads for each `--url` connection type. */
+const DRIVER_PACKAGES: Record<string, string> = {
+  postgres: 'pg',
+  mysql: 'mysql2',
+  mariadb: 'mysql2',
+  'better-sqlite3': 'better-sqlite3',
+};
+
+function loadTypeOrm(driver?: string): typeof import('typeorm') {
+  assertInstalled('The nestjs-outbox schema CLI', driver ? ['typeorm', driver] : ['typeorm']);
+  return require('typeorm') as typeof import('typeorm');
 }
 
 function optionsFromUrl(url: string): DataSourceOptions {
@@ -83,8 +88,9 @@ async function openDataSource(flags: Record<string, string>): Promise<DataSource
     return candidate.isInitialized ? candidate : candidate.initialize();
   }
   if (flags.url) {
-    const { DataSource: DataSourceClass } = loadTypeOrm();
-    return new DataSourceClass(optionsFromUrl(flags.url)).initialize();
+    const options = optionsFromUrl(flags.url);
+    const { DataSource: DataSourceClass } = loadTypeOrm(DRIVER_PACKAGES[options.type]);
+    return new DataSourceClass(options).initialize();
   }
   throw new Error('give --data-source <file> or --url <url>');
 }

@@ -5,6 +5,7 @@ export type { AppendOptions } from './outbox.service';
 export { OutboxDispatcher, OutboxShutdownError } from './dispatcher/outbox.dispatcher';
 export type { OutboxDispatcherStats } from './dispatcher/outbox-dispatcher.stats';
 export { OutboxHandler } from './decorators/outbox-handler.decorator';
+export { HandledEvent } from './decorators/handled-event.decorator';
 export { OutboxHandlerRegistry } from './outbox-handler.registry';
 export {
   OUTBOX_STORE,

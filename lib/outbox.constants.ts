@@ -14,3 +14,10 @@ export const OUTBOX_CONTEXT_TYPE = 'outbox';
 export const OUTBOX_ERROR_HISTORY = 10;
 /** Sentinel handler name of a delivery not yet expanded to concrete handlers. */
 export const UNEXPANDED_HANDLER = '*';
+/** Metadata key of a handler's parameter list (which argument gets the event, which the context). */
+export const OUTBOX_ARGS_METADATA = 'outbox:args';
+/** Parameter types in `OUTBOX_ARGS_METADATA`; the value is the argument's index in `getArgs()`. */
+export enum OutboxParamtype {
+  EVENT = 0,
+  CONTEXT = 1,
+}

@@ -1,6 +1,15 @@
-import { Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
+import { assignMetadata, Inject, Injectable, Logger, OnModuleInit } from '@nestjs/common';
+import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants';
 import { DiscoveryService, MetadataScanner, ModuleRef } from '@nestjs/core';
-import { ExternalContextCreator } from '@nestjs/core/helpers/external-context-creator';
+import { ExternalExceptionFilterContext } from '@nestjs/core/exceptions/external-exception-filter-context';
+import type { ExternalExceptionsHandler } from '@nestjs/core/exceptions/external-exceptions-handler';
+import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host';
+import {
+  ExternalContextCreator,
+  ParamsFactory,
+} from '@nestjs/core/helpers/external-context-creator';
+import type { NestContainer } from '@nestjs/core/injector/container';
+import type { RouterProxyCallback } from '@nestjs/core/router/router-proxy';
 import { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
 import { OutboxOptionsError } from './errors/outbox-options.error';
 import { IdempotencyStore } from './idempotency/idempotency-store.interface';
@@ -13,8 +22,10 @@ import {
 } from './interfaces/outbox-handler.interface';
 import { ResolvedOutboxOptions } from './interfaces/outbox-module-options.interface';
 import {
+  OUTBOX_ARGS_METADATA,
   OUTBOX_CONTEXT_TYPE,
   OUTBOX_RESOLVED_OPTIONS,
+  OutboxParamtype,
   UNEXPANDED_HANDLER,
 } from './outbox.constants';
 import { OutboxHandlerRegistry } from './outbox-handler.registry';
@@ -78,17 +89,7 @@ export class OutboxExplorer implements OnModuleInit {
           'must be 1–255 characters and not "*"',
         );
       }
-      const invoke = this.contextCreator.create(
-        instance,
-        prototype[methodName],
-        methodName,
-        undefined,
-        undefined,
-        undefined,
-        undefined,
-        { guards: true, interceptors: true, filters: true },
-        OUTBOX_CONTEXT_TYPE,
-      );
+      const invoke = this.createInvoker(instance, prototype[methodName], methodName);
       this.registry.register({
         name,
         types,
@@ -104,11 +105,68 @@ export class OutboxExplorer implements OnModuleInit {
               ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,
-        invoke: this.withIdempotency(name, source, options, (event, context) =>
-          invoke(event, context),
-        ),
+        invoke: this.withIdempotency(name, source, options, invoke),
       });
     }
+  }
+
+  /**
+   * Runs the method through Nest's guards, interceptors, pipes and exception filters under the
+   * `'outbox'` context type. Filters are applied here rather than by `ExternalContextCreator`:
+   * its fallback for an error no filter handles logs it as an ERROR (`ExceptionsHandler`) before
+   * rethrowing, and the dispatcher already logs every failure once, as a warning when it retries.
+   */
+  private createInvoker(
+    instance: object,
+    method: (...args: unknown[]) => unknown,
+    methodName: string,
+  ): (event: OutboxEvent, context: OutboxHandlerContext) => Promise<unknown> {
+    ensureArgsMetadata(instance, methodName);
+    const filters = this.exceptionFilters(instance, method);
+    const call = this.contextCreator.create(
+      instance,
+      method,
+      methodName,
+      OUTBOX_ARGS_METADATA,
+      OUTBOX_PARAMS_FACTORY,
+      undefined,
+      undefined,
+      { guards: true, interceptors: true, filters: !filters },
+      OUTBOX_CONTEXT_TYPE,
+    );
+    if (!filters) return call;
+    return async (event, context) => {
+      try {
+        return await call(event, context);
+      } catch (error) {
+        const host = new ExecutionContextHost([event, context]);
+        host.setType(OUTBOX_CONTEXT_TYPE);
+        // As Nest's own handler does: a filter's result stands, no result rethrows the error.
+        const handled = filters.invokeCustomFilters(error, host);
+        if (!handled) throw error;
+        return await handled;
+      }
+    };
+  }
+
+  /**
+   * The method's, class's and global exception filters, without Nest's logging fallback. `null`
+   * if this Nest version does not expose its container on `ExternalContextCreator` (then Nest
+   * applies the filters itself, fallback log included).
+   */
+  private exceptionFilters(
+    instance: object,
+    method: (...args: unknown[]) => unknown,
+  ): ExternalExceptionsHandler | null {
+    const container = (this.contextCreator as unknown as { container?: NestContainer }).container;
+    if (!container) return null;
+    const moduleKey = this.contextCreator.getContextModuleKey(instance.constructor);
+    return new ExternalExceptionFilterContext(container, container.applicationConfig).create(
+      instance,
+      // Only read for its filter metadata, never called.
+      method as RouterProxyCallback,
+      moduleKey,
+    );
   }
 
   private withIdempotency(
@@ -151,6 +209,30 @@ export class OutboxExplorer implements OnModuleInit {
       );
     }
   }
+}
+
+/** Hands the event and the handler context to the method's parameters, by index. */
+const OUTBOX_PARAMS_FACTORY: ParamsFactory = {
+  exchangeKeyForValue: (type: number, _data: unknown, args: unknown[]) => args[type],
+};
+
+/**
+ * Pipes run only on listed parameters, so the handler's parameter list is written under the
+ * library's own key: the event where `@HandledEvent()` put it (it records under Nest's route-args
+ * key, so Nest instantiates the pipe classes it names), else first, then the context.
+ */
+function ensureArgsMetadata(instance: object, methodName: string): void {
+  const host = instance.constructor;
+  const declared: Record<string, { index: number }> =
+    Reflect.getMetadata(ROUTE_ARGS_METADATA, host, methodName) ?? {};
+  let args: Record<string, { index: number }> = Object.fromEntries(
+    Object.entries(declared).filter(([key]) => key.startsWith(`${OutboxParamtype.EVENT}:`)),
+  );
+  const taken = new Set(Object.values(args).map((a) => a.index));
+  const free = [0, 1].filter((i) => !taken.has(i));
+  if (taken.size === 0) args = assignMetadata(args, OutboxParamtype.EVENT, free.shift()!);
+  if (free.length > 0) args = assignMetadata(args, OutboxParamtype.CONTEXT, free[0]);
+  Reflect.defineMetadata(OUTBOX_ARGS_METADATA, args, host, methodName);
 }
 
 function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandlerOptions {

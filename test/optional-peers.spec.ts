@@ -1,5 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { resolve } from 'node:path';
+import { MissingDependencyError } from '../lib/errors/missing-dependency.error';
+import { assertInstalled } from '../lib/optional-peers';
 
 /**
  * Optional peers load only for the store or feature that needs them: an app on the memory store
@@ -25,5 +27,114 @@ describe('optional peer dependencies', () => {
       },
     );
     expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual([]);
+  });
+});
+
+/**
+ * Runs `script` in a fresh Node process where the named packages cannot be resolved, as in an app
+ * that never installed them; returns what it prints last.
+ */
+function withoutPackages(hidden: string[], script: string): string {
+  const hide = `
+    const Module = require('node:module');
+    const hidden = new Set(${JSON.stringify(hidden)});
+    const resolveFilename = Module._resolveFilename;
+    Module._resolveFilename = function (request, ...rest) {
+      const parts = request.split('/');
+      const name = request.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
+      if (hidden.has(name)) {
+        throw Object.assign(new Error("Cannot find module '" + request + "'"), { code: 'MODULE_NOT_FOUND' });
+      }
+      return resolveFilename.call(this, request, ...rest);
+    };
+  `;
+  const out = execFileSync(
+    process.execPath,
+    ['-r', 'ts-node/register/transpile-only', '-e', `${hide}\n${script}`],
+    {
+      cwd: resolve(__dirname, '..'),
+      encoding: 'utf8',
+      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
+    },
+  );
+  return out.trim().split('\n').pop()!;
+}
+
+describe('missing optional packages are reported together', () => {
+  it('MissingDependencyError names every package and one install command', () => {
+    const one = new MissingDependencyError('ioredis', 'The redis store');
+    expect(one.message).toBe(
+      'The redis store needs the optional package "ioredis", which is not installed. ' +
+        'Install it with: npm install ioredis',
+    );
+    const two = new MissingDependencyError(['class-validator', 'class-transformer'], 'Admin');
+    expect(two.message).toBe(
+      'Admin needs the optional packages "class-validator" and "class-transformer", which are not ' +
+        'installed. Install them with: npm install class-validator class-transformer',
+    );
+    expect(two).toMatchObject({
+      packageName: 'class-validator',
+      packageNames: ['class-validator', 'class-transformer'],
+      feature: 'Admin',
+    });
+  });
+
+  it('assertInstalled() lists every package that does not resolve, and only those', () => {
+    const check = () =>
+      assertInstalled('A feature', [
+        'class-validator',
+        'nestjs-outbox-absent-a',
+        'nestjs-outbox-absent-b',
+      ]);
+    expect(check).toThrow(MissingDependencyError);
+    expect(check).toThrow(
+      'needs the optional packages "nestjs-outbox-absent-a" and "nestjs-outbox-absent-b"',
+    );
+    expect(() => assertInstalled('A feature', ['class-validator', 'typeorm'])).not.toThrow();
+  });
+
+  it('the schema CLI on --url names typeorm and the driver in one error', () => {
+    const line = withoutPackages(
+      ['typeorm', 'pg'],
+      `
+      const { runCli } = require('./lib/cli.ts');
+      const lines = [];
+      runCli(['schema', 'status', '--url', 'postgres://nobody@127.0.0.1:1/none'], {
+        out: (l) => lines.push(l),
+        err: (l) => lines.push(l),
+      }).then((code) => console.log(JSON.stringify({ code, lines })));
+      `,
+    );
+    expect(JSON.parse(line)).toEqual({
+      code: 2,
+      lines: [
+        'nestjs-outbox: The nestjs-outbox schema CLI needs the optional packages "typeorm" and "pg", ' +
+          'which are not installed. Install them with: npm install typeorm pg',
+      ],
+    });
+  });
+
+  // Known defect, fixed outside this branch: lib/admin/outbox-admin.module-definition.ts checks
+  // its two packages one at a time. Its loop becomes
+  // `assertInstalled('OutboxAdminModule', ['class-validator', 'class-transformer'])`; then this
+  // test fails as `it.failing` and must become `it`.
+  it.failing('OutboxAdminModule names class-validator and class-transformer in one error', () => {
+    const line = withoutPackages(
+      ['class-validator', 'class-transformer'],
+      `
+      require('reflect-metadata');
+      const { OutboxAdminModule } = require('./lib/admin/index.ts');
+      try {
+        OutboxAdminModule.register({ allowUnauthenticated: true });
+        console.log(JSON.stringify('registered'));
+      } catch (error) {
+        console.log(JSON.stringify(error.message));
+      }
+      `,
+    );
+    expect(JSON.parse(line)).toBe(
+      'OutboxAdminModule needs the optional packages "class-validator" and "class-transformer", ' +
+        'which are not installed. Install them with: npm install class-validator class-transformer',
+    );
   });
 });

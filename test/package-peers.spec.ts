@@ -1,0 +1,89 @@
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+
+/**
+ * The peer ranges in package.json are what the README's Install table states, and every major a
+ * range names is installed here (the newest as itself, older ones through npm aliases such as
+ * `"typeorm03": "npm:typeorm@^0.3.20"`), so the suites run on each.
+ */
+const root = resolve(__dirname, '..');
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+  peerDependencies: Record<string, string>;
+  devDependencies: Record<string, string>;
+};
+
+/** Enough of semver for the ranges used here: `^x.y.z` and `>=x.y.z`, joined by `||`. */
+function satisfies(version: string, range: string): boolean {
+  const parse = (v: string) => v.split('.').map(Number);
+  const [major, minor, patch] = parse(version);
+  return range.split('||').some((part) => {
+    const alt = part.trim();
+    const [lMajor, lMinor = 0, lPatch = 0] = parse(alt.replace(/^(\^|>=)/, ''));
+    const atLeast =
+      major !== lMajor ? major > lMajor : minor !== lMinor ? minor > lMinor : patch >= lPatch;
+    if (alt.startsWith('>=')) return atLeast;
+    if (lMajor > 0) return atLeast && major === lMajor;
+    return atLeast && major === 0 && minor === lMinor;
+  });
+}
+
+function installedVersion(dir: string): string {
+  const manifest = JSON.parse(
+    readFileSync(join(root, 'node_modules', dir, 'package.json'), 'utf8'),
+  ) as { version: string };
+  return manifest.version;
+}
+
+/** Installed copies of a package: itself and its npm aliases. */
+function copiesOf(name: string): string[] {
+  const aliases = Object.entries(pkg.devDependencies)
+    .filter(([, spec]) => spec.startsWith(`npm:${name}@`))
+    .map(([alias]) => alias);
+  return [name, ...aliases].map(installedVersion);
+}
+
+describe('peer dependency ranges', () => {
+  it('satisfies() reads the ranges as npm does', () => {
+    expect(satisfies('0.3.31', '^0.3.20 || ^1.0.0')).toBe(true);
+    expect(satisfies('0.3.19', '^0.3.20 || ^1.0.0')).toBe(false);
+    expect(satisfies('0.4.0', '^0.3.20 || ^1.0.0')).toBe(false);
+    expect(satisfies('1.1.1', '^0.3.20 || ^1.0.0')).toBe(true);
+    expect(satisfies('2.0.0', '^0.3.20 || ^1.0.0')).toBe(false);
+    expect(satisfies('30.5.2', '>=29')).toBe(true);
+  });
+
+  it('accepts typeorm 0.3 and 1, and class-validator 0.14 and 0.15', () => {
+    expect(pkg.peerDependencies.typeorm).toBe('^0.3.20 || ^1.0.0');
+    expect(pkg.peerDependencies['class-validator']).toBe('^0.14.0 || ^0.15.0');
+  });
+
+  it.each(Object.entries(pkg.peerDependencies))(
+    '%s: every installed copy satisfies %s, and each alternative of the range is installed',
+    (name, range) => {
+      const versions = copiesOf(name);
+      for (const version of versions)
+        expect([version, satisfies(version, range)]).toEqual([version, true]);
+      for (const alternative of range.split('||')) {
+        expect([alternative.trim(), versions.some((v) => satisfies(v, alternative))]).toEqual([
+          alternative.trim(),
+          true,
+        ]);
+      }
+    },
+  );
+
+  it("the README's Install table states every peer with its range", () => {
+    const readme = readFileSync(join(root, 'README.md'), 'utf8');
+    const install = readme.slice(
+      readme.indexOf('## Install'),
+      readme.indexOf('## The two commands'),
+    );
+    const rows = new Map(
+      [...install.matchAll(/^\| `([^`]+)` +\| `([^`]+)` +\|/gm)].map((m) => [
+        m[1],
+        m[2].replace(/\\\|/g, '|'),
+      ]),
+    );
+    expect(Object.fromEntries(rows)).toEqual(pkg.peerDependencies);
+  });
+});
