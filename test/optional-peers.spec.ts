@@ -114,11 +114,7 @@ describe('missing optional packages are reported together', () => {
     });
   });
 
-  // Known defect, fixed outside this branch: lib/admin/outbox-admin.module-definition.ts checks
-  // its two packages one at a time. Its loop becomes
-  // `assertInstalled('OutboxAdminModule', ['class-validator', 'class-transformer'])`; then this
-  // test fails as `it.failing` and must become `it`.
-  it.failing('OutboxAdminModule names class-validator and class-transformer in one error', () => {
+  it('OutboxAdminModule names class-validator and class-transformer in one error', () => {
     const line = withoutPackages(
       ['class-validator', 'class-transformer'],
       `

@@ -1,5 +1,5 @@
 import { ConfigurableModuleBuilder, DynamicModule } from '@nestjs/common';
-import { MissingDependencyError } from '../errors/missing-dependency.error';
+import { assertInstalled } from '../optional-peers';
 import {
   OutboxAdminModuleExtras,
   OutboxAdminModuleOptions,
@@ -11,13 +11,7 @@ import { OUTBOX_ADMIN_DEFAULT_PATH, OUTBOX_ADMIN_PATH } from './outbox-admin.con
  * only here keeps apps that never mount the admin API free of them.
  */
 function loadController(): typeof import('./outbox-admin.controller') {
-  for (const name of ['class-validator', 'class-transformer']) {
-    try {
-      require.resolve(name);
-    } catch {
-      throw new MissingDependencyError(name, 'OutboxAdminModule');
-    }
-  }
+  assertInstalled('OutboxAdminModule', ['class-validator', 'class-transformer']);
   return require('./outbox-admin.controller') as typeof import('./outbox-admin.controller');
 }
 
