@@ -13,7 +13,6 @@ import {
   UseFilters,
   UseGuards,
   UsePipes,
-  ValidationPipe,
 } from '@nestjs/common';
 import { DeadLetter, OutboxStoreStats } from '../interfaces/outbox-store.interface';
 import { DeadLetterFilterDto } from './dto/dead-letter-filter.dto';
@@ -26,6 +25,7 @@ import {
 import { OutboxAdminAuthGuard } from './outbox-admin-auth.guard';
 import { OutboxAdminBodyLimitGuard } from './outbox-admin-body-limit.guard';
 import { OutboxAdminExceptionFilter } from './outbox-admin-exception.filter';
+import { OutboxAdminValidationPipe } from './outbox-admin-validation.pipe';
 import {
   DeadLetterListResponse,
   DeadLetterSummaryResponse,
@@ -42,15 +42,7 @@ const uuid = new ParseUUIDPipe();
 @Controller()
 @UseGuards(OutboxAdminAuthGuard, OutboxAdminBodyLimitGuard)
 @UseFilters(OutboxAdminExceptionFilter)
-@UsePipes(
-  new ValidationPipe({
-    whitelist: true,
-    forbidNonWhitelisted: true,
-    forbidUnknownValues: true,
-    transform: true,
-    validationError: { target: false, value: false },
-  }),
-)
+@UsePipes(new OutboxAdminValidationPipe())
 export class OutboxAdminController {
   constructor(private readonly admin: OutboxAdminService) {}
 

@@ -176,19 +176,26 @@ function notFound(id: string): NotFoundException {
   return new NotFoundException(`No dead letter with id ${id}`);
 }
 
-/** Drops absent fields so `isMatchAll` and the stores see only real criteria. */
+/**
+ * Drops absent fields so `isMatchAll` and the stores see only real criteria. `null` is refused
+ * (the DTOs already do): a store could read it as "any" and match everything.
+ */
 function compact(filter: DeadLetterFilter): DeadLetterFilter {
   const { type, handler, key, failedBefore, failedAfter } = filter;
-  return Object.fromEntries(
-    Object.entries({ type, handler, key, failedBefore, failedAfter }).filter(
-      ([, v]) => v !== undefined,
-    ),
-  ) as DeadLetterFilter;
+  const fields = Object.entries({ type, handler, key, failedBefore, failedAfter });
+  const nulls = fields.filter(([, v]) => v === null).map(([name]) => name);
+  if (nulls.length > 0) {
+    throw new BadRequestException(nulls.map((name) => `${name} must not be null`));
+  }
+  return Object.fromEntries(fields.filter(([, v]) => v !== undefined)) as DeadLetterFilter;
 }
 
 /** Exactly one of ids / filter, and a filter that matches everything only with `all: true`. */
 export function toSelector(selection: BulkSelection): DeadLetterSelector {
   const { ids, filter, all } = selection;
+  for (const [name, value] of Object.entries({ ids, filter, all })) {
+    if (value === null) throw new BadRequestException([`${name} must not be null`]);
+  }
   if (ids !== undefined && filter !== undefined) {
     throw new BadRequestException('send either ids or filter, not both');
   }

@@ -563,6 +563,64 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
       ],
     ];
 
+    // Refusals whose message must name the offending field. `null` never means "no criterion":
+    // it used to match every dead letter (Redis purged all without `all: true`) or crash a store.
+    const post = (a: AdminApp, route: string, body: unknown) =>
+      a.http
+        .post(`/outbox/dead-letters/${route}`)
+        .set(key)
+        .send(body as object);
+    type Named = [name: string, field: string, call: (a: AdminApp) => Promise<Response>];
+    const named: Named[] = [
+      ...(['purge', 'replay'] as const).flatMap((route): Named[] => [
+        ...['type', 'handler', 'key', 'failedBefore', 'failedAfter'].flatMap((field): Named[] => [
+          [
+            `${route} with filter.${field} null`,
+            field,
+            (a) => post(a, route, { filter: { [field]: null } }),
+          ],
+          [
+            `${route} with filter.${field} null and all: true`,
+            field,
+            (a) => post(a, route, { filter: { [field]: null }, all: true }),
+          ],
+        ]),
+        [`${route} with ids null`, 'ids', (a) => post(a, route, { ids: null })],
+        [`${route} with filter null`, 'filter', (a) => post(a, route, { filter: null })],
+        [
+          `${route} with filter null and all: true`,
+          'filter',
+          (a) => post(a, route, { filter: null, all: true }),
+        ],
+        [`${route} with all null`, 'all', (a) => post(a, route, { filter: {}, all: null })],
+        [
+          `${route} with ids null beside a filter`,
+          'ids',
+          (a) => post(a, route, { ids: null, filter: { type: 'order.placed' } }),
+        ],
+      ]),
+      [
+        'replay with availableAt null',
+        'availableAt',
+        (a) => post(a, 'replay', { filter: { type: 'order.placed' }, availableAt: null }),
+      ],
+      [
+        'a single replay with availableAt null',
+        'availableAt',
+        (a) => post(a, `${items[0].id}/replay`, { availableAt: null }),
+      ],
+    ];
+
+    it.each(named)('answers %s with 400 naming %s', async (_name, field, call) => {
+      const res = await call(a);
+      expect({ status: res.status, body: res.body }).toMatchObject({
+        status: 400,
+        body: { statusCode: 400, message: expect.anything() },
+      });
+      expect(res.headers['cache-control']).toBe('no-store');
+      expect(JSON.stringify(res.body.message)).toContain(field);
+    });
+
     it("leaves malformed JSON and bodies over the app's parser limit to the app (400 / 413)", async () => {
       // Express parses the body before any route code runs; its errors come from Nest's handler.
       await a.http
