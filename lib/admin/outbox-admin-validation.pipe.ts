@@ -1,11 +1,16 @@
-import { Injectable, ValidationPipe } from '@nestjs/common';
+import { BadRequestException, Injectable, ValidationPipe } from '@nestjs/common';
 import type { ValidationError } from 'class-validator';
 import { IS_NOT_NULL } from './dto/admin-field.decorators';
 
+// Keys Nest's ValidationPipe would silently delete before validation (prototype pollution).
+const FORBIDDEN_KEYS = ['__proto__', 'prototype', 'constructor'];
+// Deepest nesting a request may have; the deepest valid body is { filter: { type: "…" } }.
+const MAX_DEPTH = 8;
+
 /**
- * The admin routes' own validation, independent of any global pipe: unknown and `null` fields are
- * 400s naming the field, and a `null` field is reported once ("must not be null") rather than with
- * every constraint it also fails.
+ * The admin routes' own validation, independent of any global pipe: unknown fields, `null` fields
+ * and prototype keys are 400s naming the field, and a `null` field is reported once ("must not be
+ * null") rather than with every constraint it also fails.
  */
 @Injectable()
 export class OutboxAdminValidationPipe extends ValidationPipe {
@@ -17,6 +22,33 @@ export class OutboxAdminValidationPipe extends ValidationPipe {
       transform: true,
       validationError: { target: false, value: false },
     });
+  }
+
+  /**
+   * Replaces Nest's silent delete: a prototype key is refused like any unknown field. The walk is
+   * bounded in depth: no admin body nests more than three levels, and recursing into a deeply
+   * nested array (tens of thousands of levels fit in 64 KiB) would overflow the stack, a 500.
+   */
+  protected override stripProtoKeys(value: unknown): void {
+    const pending: Array<{ value: unknown; path: string; depth: number }> = [
+      { value, path: '', depth: 0 },
+    ];
+    for (let next = pending.pop(); next; next = pending.pop()) {
+      if (next.value === null || typeof next.value !== 'object') continue;
+      if (next.depth >= MAX_DEPTH) {
+        throw new BadRequestException([
+          `${next.path} is nested more than ${MAX_DEPTH} levels deep`,
+        ]);
+      }
+      const isArray = Array.isArray(next.value);
+      for (const [key, child] of Object.entries(next.value)) {
+        const path = isArray ? `${next.path}[${key}]` : next.path ? `${next.path}.${key}` : key;
+        if (FORBIDDEN_KEYS.includes(key)) {
+          throw new BadRequestException([`property ${path} should not exist`]);
+        }
+        pending.push({ value: child, path, depth: next.depth + 1 });
+      }
+    }
   }
 
   protected override flattenValidationErrors(errors: ValidationError[]): string[] {

@@ -19,8 +19,9 @@ import {
 } from '../interfaces/outbox-store.interface';
 import { OUTBOX_STORE } from '../outbox.constants';
 import { isUuid } from '../outbox-validation';
-import { decodeCursor, isMatchAll } from '../stores/store-helpers';
+import { DeadLetterCursor, decodeCursor, encodeCursor, isMatchAll } from '../stores/store-helpers';
 import { OutboxAdminOptionsError } from '../errors/outbox-admin-options.error';
+import { isAdminDate } from './outbox-admin-dates';
 import { ResolvedOutboxAdminOptions } from './outbox-admin-options.interface';
 import { OUTBOX_ADMIN_PATH, OUTBOX_ADMIN_RESOLVED_OPTIONS } from './outbox-admin.constants';
 import { OutboxAdminMessages } from './outbox-admin.messages';
@@ -157,18 +158,25 @@ export class OutboxAdminService implements OnModuleInit {
   }
 
   /**
-   * SQL stores compare the cursor's id with a uuid column; a forged one must be a 400 here rather
-   * than a database error later.
+   * Only a cursor a store could have returned gets through: SQL stores compare its id with a uuid
+   * column and its date with a timestamp column, so a forged one ("year 300000") must be a 400
+   * here rather than a database error later. Re-encoding must give back the exact text.
    */
   private checkCursor(cursor: string): void {
-    let id: string;
+    let decoded: DeadLetterCursor | undefined;
     try {
-      id = decodeCursor(cursor).id;
+      decoded = decodeCursor(cursor);
     } catch {
-      id = '';
+      decoded = undefined;
     }
-    if (!isUuid(id))
+    const genuine =
+      decoded !== undefined &&
+      isUuid(decoded.id) &&
+      isAdminDate(decoded.deadAt) &&
+      encodeCursor(decoded) === cursor;
+    if (!genuine) {
       throw new BadRequestException('cursor must be a nextCursor returned by a previous page');
+    }
   }
 }
 

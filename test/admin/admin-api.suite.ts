@@ -570,6 +570,15 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
         .post(`/outbox/dead-letters/${route}`)
         .set(key)
         .send(body as object);
+    const postJson = (a: AdminApp, route: string, json: string) =>
+      a.http
+        .post(`/outbox/dead-letters/${route}`)
+        .set(key)
+        .set('Content-Type', 'application/json')
+        .send(json);
+    const list = (a: AdminApp, query: string) =>
+      a.http.get(`/outbox/dead-letters${query}`).set(key);
+    const farCursor = (at: string) => cursorOf(`${at}|${randomUUID()}`);
     type Named = [name: string, field: string, call: (a: AdminApp) => Promise<Response>];
     const named: Named[] = [
       ...(['purge', 'replay'] as const).flatMap((route): Named[] => [
@@ -598,6 +607,16 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
           'ids',
           (a) => post(a, route, { ids: null, filter: { type: 'order.placed' } }),
         ],
+        [
+          `${route} with failedBefore before 1970`,
+          'failedBefore',
+          (a) => post(a, route, { filter: { failedBefore: '0001-01-01T00:00:00Z' } }),
+        ],
+        [
+          `${route} with failedAfter after 9999`,
+          'failedAfter',
+          (a) => post(a, route, { filter: { failedAfter: '+300000-01-01T00:00:00Z' } }),
+        ],
       ]),
       [
         'replay with availableAt null',
@@ -608,6 +627,67 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
         'a single replay with availableAt null',
         'availableAt',
         (a) => post(a, `${items[0].id}/replay`, { availableAt: null }),
+      ],
+      [
+        'a single replay with availableAt before 1970',
+        'availableAt',
+        (a) => post(a, `${items[0].id}/replay`, { availableAt: '1000-01-01T00:00:00Z' }),
+      ],
+      ['a list with an empty type', 'type', (a) => list(a, '?type=')],
+      ['a list with an empty key', 'key', (a) => list(a, '?key')],
+      [
+        'a summary with an empty handler',
+        'handler',
+        (a) => a.http.get('/outbox/dead-letters/summary?handler=').set(key),
+      ],
+      [
+        'a list with failedBefore before 1970',
+        'failedBefore',
+        (a) => list(a, '?failedBefore=1969-12-31T23:59:59Z'),
+      ],
+      [
+        'a summary with failedAfter in year 1',
+        'failedAfter',
+        (a) => a.http.get('/outbox/dead-letters/summary?failedAfter=0001-01-01T00:00:00Z').set(key),
+      ],
+      [
+        'a cursor in year 300000',
+        'cursor',
+        (a) => list(a, `?cursor=${farCursor('+300000-01-01T00:00:00.000Z')}`),
+      ],
+      [
+        'a cursor in year -5000',
+        'cursor',
+        (a) => list(a, `?cursor=${farCursor('-005000-01-01T00:00:00.000Z')}`),
+      ],
+      [
+        'a cursor in year 1',
+        'cursor',
+        (a) => list(a, `?cursor=${farCursor('0001-01-01T00:00:00.000Z')}`),
+      ],
+      [
+        'a cursor with a trailing part',
+        'cursor',
+        (a) => list(a, `?cursor=${cursorOf(`2026-01-01T00:00:00.000Z|${randomUUID()}|x`)}`),
+      ],
+      ['an empty cursor', 'cursor', (a) => list(a, '?cursor=')],
+      // Nest's pipe deletes prototype keys silently; they are unknown fields like any other.
+      [
+        'a body with a __proto__ key',
+        '__proto__',
+        (a) => postJson(a, 'purge', '{"__proto__": {"all": true}, "filter": {}}'),
+      ],
+      [
+        'a filter with a constructor key',
+        'filter.constructor',
+        (a) => postJson(a, 'replay', '{"filter": {"constructor": {"type": "x"}}, "all": true}'),
+      ],
+      ['a query with a __proto__ field', '__proto__', (a) => list(a, '?__proto__=x')],
+      // Tens of thousands of levels fit in the body limit; recursing into them overflowed the stack.
+      [
+        'a deeply nested filter',
+        'filter',
+        (a) => postJson(a, 'purge', `{"filter": ${'['.repeat(20_000)}${']'.repeat(20_000)}}`),
       ],
     ];
 

@@ -1,5 +1,6 @@
 import { Transform } from 'class-transformer';
 import { ValidateBy, ValidateIf, isISO8601 } from 'class-validator';
+import { isAdminDate } from '../outbox-admin-dates';
 
 /** Name of the constraint `IsOptionalNotNull` adds; the admin pipe reports it alone. */
 export const IS_NOT_NULL = 'isNotNull';
@@ -24,8 +25,24 @@ export function IsOptionalNotNull(): PropertyDecorator {
   };
 }
 
-/** ISO-8601 text to a Date; anything else is left as is for `@IsDate()` to reject. */
+/** ISO-8601 text to a Date; anything else is left as is for `@IsAdminDate()` to reject. */
 export const ToDate = () =>
   Transform(({ value }: { value: unknown }) =>
     typeof value === 'string' && isISO8601(value, { strict: true }) ? new Date(value) : value,
   );
+
+/** An ISO-8601 date-time from 1970 to 9999 (`OUTBOX_ADMIN_DATE_RANGE`), as a `Date`. */
+export function IsAdminDate(): PropertyDecorator {
+  const toDate = ToDate();
+  const inRange = ValidateBy({
+    name: 'isAdminDate',
+    validator: {
+      validate: (value: unknown) => isAdminDate(value),
+      defaultMessage: () => '$property must be an ISO-8601 date-time from 1970 to 9999',
+    },
+  });
+  return (target, property) => {
+    toDate(target, property);
+    inRange(target, property);
+  };
+}

@@ -4,13 +4,12 @@ import {
   ArrayMinSize,
   IsArray,
   IsBoolean,
-  IsDate,
   IsObject,
   IsUUID,
   ValidateNested,
 } from 'class-validator';
 import { OUTBOX_ADMIN_MAX_IDS } from '../outbox-admin.constants';
-import { IsOptionalNotNull, ToDate } from './admin-field.decorators';
+import { IsAdminDate, IsOptionalNotNull } from './admin-field.decorators';
 import { DeadLetterFilterDto } from './dead-letter-filter.dto';
 
 /** Body of `POST dead-letters/purge`: exactly one of `ids` or `filter`. */
@@ -38,8 +37,7 @@ export class PurgeDeadLettersDto {
 export class ReplayDeadLettersDto extends PurgeDeadLettersDto {
   /** When the replayed deliveries become due. @default now */
   @IsOptionalNotNull()
-  @ToDate()
-  @IsDate({ message: '$property must be an ISO-8601 date-time' })
+  @IsAdminDate()
   availableAt?: Date;
 }
 
@@ -47,7 +45,6 @@ export class ReplayDeadLettersDto extends PurgeDeadLettersDto {
 export class ReplayDeadLetterDto {
   /** When the replayed delivery becomes due. @default now */
   @IsOptionalNotNull()
-  @ToDate()
-  @IsDate({ message: '$property must be an ISO-8601 date-time' })
+  @IsAdminDate()
   availableAt?: Date;
 }

@@ -1,7 +1,5 @@
-import { IsDate, IsString, Length } from 'class-validator';
-import { IsOptionalNotNull, ToDate } from './admin-field.decorators';
-
-const isoMessage = { message: '$property must be an ISO-8601 date-time' };
+import { IsString, Length } from 'class-validator';
+import { IsAdminDate, IsOptionalNotNull } from './admin-field.decorators';
 
 /**
  * Which dead letters a query or bulk action selects. Every field narrows the selection; a field
@@ -28,13 +26,11 @@ export class DeadLetterFilterDto {
 
   /** Dead-lettered strictly before this time. */
   @IsOptionalNotNull()
-  @ToDate()
-  @IsDate(isoMessage)
+  @IsAdminDate()
   failedBefore?: Date;
 
   /** Dead-lettered at or after this time. */
   @IsOptionalNotNull()
-  @ToDate()
-  @IsDate(isoMessage)
+  @IsAdminDate()
   failedAfter?: Date;
 }
