@@ -121,7 +121,7 @@ export class OutboxAdminService implements OnModuleInit {
   }
 
   async get(id: string): Promise<DeadLetter> {
-    const deadLetter = await this.outboxStore.getDeadLetter(id);
+    const deadLetter = await this.outboxStore.getDeadLetter(canonicalId(id));
     if (!deadLetter) throw notFound(id);
     return deadLetter;
   }
@@ -132,7 +132,7 @@ export class OutboxAdminService implements OnModuleInit {
   }
 
   async replayOne(id: string, availableAt?: Date): Promise<{ replayed: number }> {
-    const replayed = await this.outboxStore.replay({ ids: [id] }, availableAt);
+    const replayed = await this.outboxStore.replay({ ids: [canonicalId(id)] }, availableAt);
     if (replayed === 0) throw notFound(id);
     return { replayed };
   }
@@ -143,7 +143,7 @@ export class OutboxAdminService implements OnModuleInit {
   }
 
   async purgeOne(id: string): Promise<{ purged: number }> {
-    const purged = await this.outboxStore.purge({ ids: [id] });
+    const purged = await this.outboxStore.purge({ ids: [canonicalId(id)] });
     if (purged === 0) throw notFound(id);
     return { purged };
   }
@@ -180,6 +180,14 @@ export class OutboxAdminService implements OnModuleInit {
   }
 }
 
+/**
+ * Dead-letter ids are UUIDs the stores generate in lower case; PostgreSQL's uuid column matches
+ * any case and the text columns of the other stores only the exact one, so ids are lowered here.
+ */
+function canonicalId(id: string): string {
+  return id.toLowerCase();
+}
+
 function notFound(id: string): NotFoundException {
   return new NotFoundException(`No dead letter with id ${id}`);
 }
@@ -209,7 +217,8 @@ export function toSelector(selection: BulkSelection): DeadLetterSelector {
   }
   if (ids !== undefined) {
     if (all !== undefined) throw new BadRequestException('all applies to a filter, not to ids');
-    return { ids };
+    // Each dead letter once, so the count answered is the number of dead letters moved.
+    return { ids: [...new Set(ids.map(canonicalId))] };
   }
   if (filter === undefined) {
     throw new BadRequestException(

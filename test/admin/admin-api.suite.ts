@@ -252,6 +252,36 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
       expect((await a.store.stats()).dead).toBe(4);
     });
 
+    // Found by the fuzz tests: the memory store counted a repeated id twice, and only SQL uuid
+    // columns matched an id in upper case.
+    it('counts a repeated id once and takes ids in any case, on every route', async () => {
+      const a = await open();
+      await seed(a, { orders: 2, users: 0 });
+      const [first, second, third, fourth] = await listAll(a);
+      const upper = (id: string) => id.toUpperCase();
+      await a.http
+        .get(`/outbox/dead-letters/${upper(first.id)}`)
+        .set(key)
+        .expect(200);
+      const replayed = await a.http
+        .post('/outbox/dead-letters/replay')
+        .set(key)
+        .send({ ids: [first.id, first.id, upper(first.id), upper(second.id)] })
+        .expect(200);
+      expect(replayed.body).toEqual({ replayed: 2 });
+      const purged = await a.http
+        .post('/outbox/dead-letters/purge')
+        .set(key)
+        .send({ ids: [third.id, upper(third.id), third.id] })
+        .expect(200);
+      expect(purged.body).toEqual({ purged: 1 });
+      await a.http
+        .post(`/outbox/dead-letters/${upper(fourth.id)}/replay`)
+        .set(key)
+        .expect(200, { replayed: 1 });
+      expect(await a.store.stats()).toMatchObject({ dead: 0, pending: 3 });
+    });
+
     it('replays by filter, and every dead letter with a confirmed match-all filter', async () => {
       const a = await open();
       await seed(a, { orders: 3, users: 2 });
