@@ -713,6 +713,11 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
         (a) => postJson(a, 'replay', '{"filter": {"constructor": {"type": "x"}}, "all": true}'),
       ],
       ['a query with a __proto__ field', '__proto__', (a) => list(a, '?__proto__=x')],
+      [
+        'ids with a prototype key',
+        'prototype',
+        (a) => postJson(a, 'purge', '{"ids": ["x"], "prototype": {"all": true}}'),
+      ],
       // Tens of thousands of levels fit in the body limit; recursing into them overflowed the stack.
       [
         'a deeply nested filter',
