@@ -2,8 +2,15 @@ import { BadRequestException, Injectable, ValidationPipe } from '@nestjs/common'
 import type { ValidationError } from 'class-validator';
 import { IS_NOT_NULL } from './dto/admin-field.decorators';
 
-// Keys Nest's ValidationPipe would silently delete before validation (prototype pollution).
-const FORBIDDEN_KEYS = ['__proto__', 'prototype', 'constructor'];
+/**
+ * Keys refused wherever they appear: those Nest's ValidationPipe would silently delete (prototype
+ * pollution), and every name on `Object.prototype` (`toString`, `hasOwnProperty`, …), which
+ * class-validator's whitelist looks up in a plain object and so lets through as "known".
+ */
+function isForbiddenKey(key: string): boolean {
+  return key === 'prototype' || key in Object.prototype;
+}
+
 // Deepest nesting a request may have; the deepest valid body is { filter: { type: "…" } }.
 const MAX_DEPTH = 8;
 
@@ -25,7 +32,7 @@ export class OutboxAdminValidationPipe extends ValidationPipe {
   }
 
   /**
-   * Replaces Nest's silent delete: a prototype key is refused like any unknown field. The walk is
+   * Replaces Nest's silent delete: prototype keys are refused like any unknown field. The walk is
    * bounded in depth: no admin body nests more than three levels, and recursing into a deeply
    * nested array (tens of thousands of levels fit in 64 KiB) would overflow the stack, a 500.
    */
@@ -43,7 +50,7 @@ export class OutboxAdminValidationPipe extends ValidationPipe {
       const isArray = Array.isArray(next.value);
       for (const [key, child] of Object.entries(next.value)) {
         const path = isArray ? `${next.path}[${key}]` : next.path ? `${next.path}.${key}` : key;
-        if (FORBIDDEN_KEYS.includes(key)) {
+        if (isForbiddenKey(key)) {
           throw new BadRequestException([`property ${path} should not exist`]);
         }
         pending.push({ value: child, path, depth: next.depth + 1 });

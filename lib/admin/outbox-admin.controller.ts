@@ -1,4 +1,5 @@
 import {
+  BadRequestException,
   Body,
   Controller,
   Delete,
@@ -32,7 +33,9 @@ import {
   OutboxAdminService,
 } from './outbox-admin.service';
 
-const uuid = new ParseUUIDPipe();
+const uuid = new ParseUUIDPipe({
+  exceptionFactory: () => new BadRequestException('id must be a UUID'),
+});
 
 /**
  * Dead letters and stats over HTTP. Mounted only through `OutboxAdminModule.register()`, which

@@ -713,6 +713,19 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
         (a) => postJson(a, 'replay', '{"filter": {"constructor": {"type": "x"}}, "all": true}'),
       ],
       ['a query with a __proto__ field', '__proto__', (a) => list(a, '?__proto__=x')],
+      // class-validator's whitelist looked names up in a plain object, so toString passed.
+      [
+        'a filter with a toString key',
+        'filter.toString',
+        (a) => postJson(a, 'purge', '{"filter": {"type": "order.placed", "toString": 1}}'),
+      ],
+      [
+        'a body with a hasOwnProperty key',
+        'hasOwnProperty',
+        (a) =>
+          postJson(a, 'replay', '{"ids": ["%s"], "hasOwnProperty": 1}'.replace('%s', items[0].id)),
+      ],
+      ['a query with a valueOf field', 'valueOf', (a) => list(a, '?valueOf=1')],
       [
         'ids with a prototype key',
         'prototype',
@@ -725,6 +738,19 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
         (a) => postJson(a, 'purge', `{"filter": ${'['.repeat(20_000)}${']'.repeat(20_000)}}`),
       ],
     ];
+
+    it('names the id when a path id is not a UUID, on every route that takes one', async () => {
+      for (const res of [
+        await a.http.get('/outbox/dead-letters/not-a-uuid').set(key),
+        await a.http.post('/outbox/dead-letters/123/replay').set(key),
+        await a.http.delete('/outbox/dead-letters/%E2%80%8B').set(key),
+      ]) {
+        expect({ status: res.status, message: res.body.message }).toEqual({
+          status: 400,
+          message: 'id must be a UUID',
+        });
+      }
+    });
 
     it.each(named)('answers %s with 400 naming %s', async (_name, field, call) => {
       const res = await call(a);

@@ -60,6 +60,13 @@ async function state(t: AdminApp): Promise<State> {
  * state before it, or why it must not have been accepted at all.
  */
 function expectedMoved(before: State, body: Record<string, unknown>): number | string {
+  const unknown = [
+    ...Object.keys(body).filter((k) => !['ids', 'filter', 'all', 'availableAt'].includes(k)),
+    ...(isPlainObject(body.filter)
+      ? Object.keys(body.filter).filter((k) => !(FILTER_FIELDS as readonly string[]).includes(k))
+      : []),
+  ];
+  if (unknown.length > 0) return `accepted unknown fields ${unknown.join(', ')}`;
   if (Array.isArray(body.ids)) {
     const ids = new Set(body.ids.map((id) => String(id).toLowerCase()));
     return before.deadLetters.filter((d) => ids.has(d.id)).length;
@@ -77,6 +84,10 @@ function expectedMoved(before: State, body: Record<string, unknown>): number | s
       (filter.failedBefore === undefined || d.deadAt < at('failedBefore')) &&
       (filter.failedAfter === undefined || d.deadAt >= at('failedAfter')),
   ).length;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** Percent-encodes every UTF-8 byte, so any string (lone surrogates too) makes a valid URL. */
@@ -206,10 +217,14 @@ function bodyArb(known: () => Known, replay: boolean): fc.Arbitrary<unknown> {
     { weight: 4, arbitrary: fields },
     { weight: 1, arbitrary: anyJson },
     {
-      weight: 1,
-      arbitrary: fc
-        .tuple(dangerousKey, shaped)
-        .map(([k, body]) => ({ ...(body as object), [k]: { all: true, filter: {} } })),
+      // A well-formed body plus a prototype-ish key, at the top or inside the filter.
+      weight: 2,
+      arbitrary: fc.tuple(dangerousKey, shaped, fc.boolean()).map(([k, body, inFilter]) => {
+        const b = body as Record<string, unknown>;
+        return inFilter && isPlainObject(b.filter)
+          ? { ...b, filter: { ...b.filter, [k]: 1 } }
+          : { ...b, [k]: { all: true, filter: {} } };
+      }),
     },
   );
 }
