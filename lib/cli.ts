@@ -1,15 +1,22 @@
 #!/usr/bin/env node
 /**
  * `nestjs-outbox schema sql|migrate|status`: prints, applies or checks the outbox tables of the
- * TypeORM store. `status` exits 1 when the schema is missing or behind, so deploy pipelines can
- * gate on it; production never migrates unless someone runs `migrate`.
+ * TypeORM store and the inbox table of `@Inbox()` (both unless `--outbox` or `--inbox` picks one).
+ * `status` exits 1 when a schema is missing or behind, so deploy pipelines can gate on it;
+ * production never migrates unless someone runs `migrate`.
  */
 import { resolve } from 'node:path';
 import type { DataSource, DataSourceOptions } from 'typeorm';
+import { IDENTIFIER, inboxDialectFor } from './inbox/dialects';
+import { ensureInboxSchema, InboxStore, InboxTableOptions } from './inbox/inbox.store';
 import { assertInstalled } from './optional-peers';
 import { dialectName, schemaStatements } from './stores/typeorm/dialects';
 import { DialectName } from './stores/typeorm/dialects/sql-dialect';
-import { ensureOutboxSchema, outboxSchemaStatus } from './stores/typeorm/typeorm-outbox.schema';
+import {
+  ensureOutboxSchema,
+  OutboxSchemaStatus,
+  outboxSchemaStatus,
+} from './stores/typeorm/typeorm-outbox.schema';
 import { OutboxTableOptions } from './stores/typeorm/typeorm-outbox.tables';
 
 export interface CliIo {
@@ -17,34 +24,64 @@ export interface CliIo {
   err(line: string): void;
 }
 
-const USAGE = `Usage: nestjs-outbox schema <sql|migrate|status> [options]
+const USAGE = `Usage: nestjs-outbox schema <sql|migrate|status> [--outbox] [--inbox] [options]
 
-  schema sql      print the DDL (no connection needed)
-  schema migrate  create missing outbox tables and indexes (safe to run concurrently)
+  schema sql      print the DDL (no connection needed with --dialect)
+  schema migrate  create missing tables and indexes (safe to run concurrently)
   schema status   exit 0 when up to date, 1 when missing or behind, 2 on error
+
+Which tables (default: both):
+  --outbox    only the outbox tables (events, deliveries, schema version)
+  --inbox     only the inbox table of @Inbox()
+  Without either, "status" checks the outbox and the inbox where the database has them, and
+  fails only when it has neither.
 
 Options:
   --dialect <postgres|mysql|mariadb|sqlite>   for "schema sql" (default: from the connection)
   --data-source <file>   module exporting a TypeORM DataSource (default export, dataSource or AppDataSource)
   --url <url>            postgres://…, mysql://…, mariadb://… or sqlite:<file>
-  --prefix <prefix>      table prefix (default outbox_)
+  --prefix <prefix>      table prefix of both (default outbox_: outbox_events, outbox_inbox, …)
   --schema <schema>      PostgreSQL schema
 `;
 
-function parseArgs(argv: string[]): { positional: string[]; flags: Record<string, string> } {
+const VALUE_FLAGS = new Set(['dialect', 'data-source', 'url', 'prefix', 'schema']);
+const BOOLEAN_FLAGS = new Set(['outbox', 'inbox', 'help']);
+
+interface Args {
+  positional: string[];
+  flags: Record<string, string>;
+  switches: Set<string>;
+}
+
+function parseArgs(argv: string[]): Args {
   const positional: string[] = [];
   const flags: Record<string, string> = {};
+  const switches = new Set<string>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
-    if (arg.startsWith('--')) {
-      const [name, inline] = arg.slice(2).split('=', 2);
-      flags[name] = inline ?? argv[++i] ?? '';
-    } else {
+    if (!arg.startsWith('--')) {
       positional.push(arg);
+      continue;
+    }
+    const [name, inline] = arg.slice(2).split('=', 2);
+    if (BOOLEAN_FLAGS.has(name)) {
+      // A switch never takes the next argument as its value: `--inbox --url x` keeps --url.
+      if (inline !== undefined) throw new UsageError(`--${name} takes no value`);
+      switches.add(name);
+    } else if (VALUE_FLAGS.has(name)) {
+      const value = inline ?? argv[++i];
+      if (value === undefined || value.startsWith('--')) {
+        throw new UsageError(`--${name} needs a value`);
+      }
+      flags[name] = value;
+    } else {
+      throw new UsageError(`unknown option --${name}`);
     }
   }
-  return { positional, flags };
+  return { positional, flags, switches };
 }
+
+class UsageError extends Error {}
 
 /** Driver package TypeORM loads for each `--url` connection type. */
 const DRIVER_PACKAGES: Record<string, string> = {
@@ -95,51 +132,181 @@ async function openDataSource(flags: Record<string, string>): Promise<DataSource
   throw new Error('give --data-source <file> or --url <url>');
 }
 
+/** The parts a command works on; `explicit` when chosen with --outbox / --inbox. */
+interface Parts {
+  outbox: boolean;
+  inbox: boolean;
+  explicit: boolean;
+}
+
+function partsOf(switches: Set<string>): Parts {
+  const outbox = switches.has('outbox');
+  const inbox = switches.has('inbox');
+  if (!outbox && !inbox) return { outbox: true, inbox: true, explicit: false };
+  return { outbox, inbox, explicit: true };
+}
+
+function outboxTables(flags: Record<string, string>): OutboxTableOptions {
+  return { tablePrefix: flags.prefix, schema: flags.schema };
+}
+
+/** The inbox table under the CLI's --prefix / --schema, checked as the inbox options are. */
+function inboxTableOptions(flags: Record<string, string>): InboxTableOptions {
+  const tablePrefix = flags.prefix ?? 'outbox_';
+  if (tablePrefix !== '' && !IDENTIFIER.test(tablePrefix)) {
+    throw new Error(
+      `--prefix "${tablePrefix}" must be up to 48 letters, digits or underscores, not starting with a digit`,
+    );
+  }
+  if (flags.schema !== undefined && !IDENTIFIER.test(flags.schema)) {
+    throw new Error(`--schema "${flags.schema}" must be a plain identifier`);
+  }
+  return { tablePrefix, schema: flags.schema };
+}
+
+function printSql(io: CliIo, name: DialectName, parts: Parts, flags: Record<string, string>): void {
+  if (parts.outbox) {
+    const tables = outboxTables(flags);
+    io.out('-- outbox tables');
+    for (const ddl of schemaStatements(name, tables).create) io.out(`${ddl};`);
+  }
+  if (parts.inbox) {
+    const dialect = inboxDialectFor(name, '--dialect');
+    const { tablePrefix = 'outbox_', schema } = inboxTableOptions(flags);
+    io.out('-- inbox table (@Inbox())');
+    for (const ddl of dialect.createSchema(dialect.tableNames(tablePrefix, schema))) {
+      io.out(`${ddl};`);
+    }
+  }
+}
+
+async function inboxPresent(dataSource: DataSource, options: InboxTableOptions): Promise<boolean> {
+  try {
+    await new InboxStore(dataSource, options).assertSchema();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function migrate(
+  io: CliIo,
+  dataSource: DataSource,
+  parts: Parts,
+  flags: Record<string, string>,
+): Promise<number> {
+  if (parts.outbox) {
+    const tables = outboxTables(flags);
+    const before = await outboxSchemaStatus(dataSource, tables);
+    await ensureOutboxSchema(dataSource, tables);
+    const after = await outboxSchemaStatus(dataSource, tables);
+    io.out(
+      before.current === null
+        ? `outbox tables created (schema version ${after.current})`
+        : before.upToDate
+          ? `outbox schema version ${before.current}: already up to date`
+          : `outbox schema migrated from version ${before.current} to ${after.current}`,
+    );
+  }
+  if (parts.inbox) {
+    const options = inboxTableOptions(flags);
+    const { plain } = new InboxStore(dataSource, options).names;
+    const existed = await inboxPresent(dataSource, options);
+    await ensureInboxSchema(dataSource, options);
+    io.out(existed ? `inbox table ${plain}: already up to date` : `inbox table ${plain} created`);
+  }
+  return 0;
+}
+
+async function status(
+  io: CliIo,
+  dataSource: DataSource,
+  parts: Parts,
+  flags: Record<string, string>,
+): Promise<number> {
+  const tables = outboxTables(flags);
+  const outbox: OutboxSchemaStatus | null = parts.outbox
+    ? await outboxSchemaStatus(dataSource, tables)
+    : null;
+  const inboxOptions = parts.inbox ? inboxTableOptions(flags) : null;
+  const inboxName = inboxOptions ? new InboxStore(dataSource, inboxOptions).names.plain : '';
+  const inbox = inboxOptions ? await inboxPresent(dataSource, inboxOptions) : null;
+
+  if (!parts.explicit && outbox?.current === null && inbox === false) {
+    io.out(
+      `outbox tables (expected version ${outbox.expected}) and inbox table ${inboxName} not found; ` +
+        'run: nestjs-outbox schema migrate (add --outbox or --inbox to create only one)',
+    );
+    return 1;
+  }
+  let code = 0;
+  if (outbox) {
+    if (outbox.upToDate) {
+      io.out(`outbox schema version ${outbox.current} (expected ${outbox.expected}): up to date`);
+    } else if (outbox.current === null && !parts.explicit) {
+      // Only the inbox is there: a consumer-only service, which has no outbox to create.
+      io.out(
+        'outbox tables not found: this database has only the inbox (check them with --outbox)',
+      );
+    } else {
+      code = 1;
+      io.out(
+        outbox.current === null
+          ? `outbox tables not found (expected version ${outbox.expected}); run: nestjs-outbox schema migrate --outbox`
+          : `outbox schema version ${outbox.current} is behind ${outbox.expected}; run: nestjs-outbox schema migrate --outbox`,
+      );
+    }
+  }
+  if (inbox !== null) {
+    if (inbox) {
+      io.out(`inbox table ${inboxName}: up to date`);
+    } else if (!parts.explicit) {
+      io.out(`inbox table ${inboxName} not found: not used here (check it with --inbox)`);
+    } else {
+      code = 1;
+      io.out(`inbox table ${inboxName} not found; run: nestjs-outbox schema migrate --inbox`);
+    }
+  }
+  return code;
+}
+
 /** Runs the CLI; returns the process exit code. */
 export async function runCli(
   argv: string[],
   io: CliIo = { out: console.log, err: console.error },
 ): Promise<number> {
-  const { positional, flags } = parseArgs(argv);
-  const [group, command] = positional;
-  if (group !== 'schema' || !command || flags.help !== undefined) {
-    io.err(USAGE);
-    return group === undefined || flags.help !== undefined ? 0 : 2;
+  let args: Args;
+  try {
+    args = parseArgs(argv);
+  } catch (error) {
+    io.err(`nestjs-outbox: ${(error as Error).message}\n\n${USAGE}`);
+    return 2;
   }
-  const tables: OutboxTableOptions = { tablePrefix: flags.prefix, schema: flags.schema };
+  const { positional, flags, switches } = args;
+  const [group, command] = positional;
+  if (group !== 'schema' || !command || switches.has('help')) {
+    io.err(USAGE);
+    return group === undefined || switches.has('help') ? 0 : 2;
+  }
+  if (command !== 'sql' && command !== 'migrate' && command !== 'status') {
+    io.err(USAGE);
+    return 2;
+  }
+  const parts = partsOf(switches);
   try {
     if (command === 'sql' && flags.dialect) {
-      for (const ddl of schemaStatements(dialectName(flags.dialect) as DialectName, tables).create)
-        io.out(`${ddl};`);
+      printSql(io, dialectName(flags.dialect), parts, flags);
       return 0;
-    }
-    if (command !== 'sql' && command !== 'migrate' && command !== 'status') {
-      io.err(USAGE);
-      return 2;
     }
     const dataSource = await openDataSource(flags);
     try {
       if (command === 'sql') {
-        for (const ddl of schemaStatements(dialectName(dataSource.options.type), tables).create)
-          io.out(`${ddl};`);
+        printSql(io, dialectName(dataSource.options.type), parts, flags);
         return 0;
       }
-      if (command === 'migrate') {
-        await ensureOutboxSchema(dataSource, tables);
-        io.out('outbox schema is up to date');
-        return 0;
-      }
-      const status = await outboxSchemaStatus(dataSource, tables);
-      if (status.upToDate) {
-        io.out(`outbox schema version ${status.current} (expected ${status.expected}): up to date`);
-        return 0;
-      }
-      io.out(
-        status.current === null
-          ? `outbox tables not found (expected version ${status.expected}); run: nestjs-outbox schema migrate`
-          : `outbox schema version ${status.current} is behind ${status.expected}; run: nestjs-outbox schema migrate`,
-      );
-      return 1;
+      return command === 'migrate'
+        ? await migrate(io, dataSource, parts, flags)
+        : await status(io, dataSource, parts, flags);
     } finally {
       await dataSource.destroy();
     }

@@ -1,4 +1,5 @@
 import {
+  BadRequestException,
   Body,
   Controller,
   Delete,
@@ -13,7 +14,6 @@ import {
   UseFilters,
   UseGuards,
   UsePipes,
-  ValidationPipe,
 } from '@nestjs/common';
 import { DeadLetter, OutboxStoreStats } from '../interfaces/outbox-store.interface';
 import { DeadLetterFilterDto } from './dto/dead-letter-filter.dto';
@@ -26,13 +26,16 @@ import {
 import { OutboxAdminAuthGuard } from './outbox-admin-auth.guard';
 import { OutboxAdminBodyLimitGuard } from './outbox-admin-body-limit.guard';
 import { OutboxAdminExceptionFilter } from './outbox-admin-exception.filter';
+import { OutboxAdminValidationPipe } from './outbox-admin-validation.pipe';
 import {
   DeadLetterListResponse,
   DeadLetterSummaryResponse,
   OutboxAdminService,
 } from './outbox-admin.service';
 
-const uuid = new ParseUUIDPipe();
+const uuid = new ParseUUIDPipe({
+  exceptionFactory: () => new BadRequestException('id must be a UUID'),
+});
 
 /**
  * Dead letters and stats over HTTP. Mounted only through `OutboxAdminModule.register()`, which
@@ -42,15 +45,7 @@ const uuid = new ParseUUIDPipe();
 @Controller()
 @UseGuards(OutboxAdminAuthGuard, OutboxAdminBodyLimitGuard)
 @UseFilters(OutboxAdminExceptionFilter)
-@UsePipes(
-  new ValidationPipe({
-    whitelist: true,
-    forbidNonWhitelisted: true,
-    forbidUnknownValues: true,
-    transform: true,
-    validationError: { target: false, value: false },
-  }),
-)
+@UsePipes(new OutboxAdminValidationPipe())
 export class OutboxAdminController {
   constructor(private readonly admin: OutboxAdminService) {}
 

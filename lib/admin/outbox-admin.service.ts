@@ -19,8 +19,9 @@ import {
 } from '../interfaces/outbox-store.interface';
 import { OUTBOX_STORE } from '../outbox.constants';
 import { isUuid } from '../outbox-validation';
-import { decodeCursor, isMatchAll } from '../stores/store-helpers';
+import { DeadLetterCursor, decodeCursor, encodeCursor, isMatchAll } from '../stores/store-helpers';
 import { OutboxAdminOptionsError } from '../errors/outbox-admin-options.error';
+import { isAdminDate } from './outbox-admin-dates';
 import { ResolvedOutboxAdminOptions } from './outbox-admin-options.interface';
 import { OUTBOX_ADMIN_PATH, OUTBOX_ADMIN_RESOLVED_OPTIONS } from './outbox-admin.constants';
 import { OutboxAdminMessages } from './outbox-admin.messages';
@@ -120,7 +121,7 @@ export class OutboxAdminService implements OnModuleInit {
   }
 
   async get(id: string): Promise<DeadLetter> {
-    const deadLetter = await this.outboxStore.getDeadLetter(id);
+    const deadLetter = await this.outboxStore.getDeadLetter(canonicalId(id));
     if (!deadLetter) throw notFound(id);
     return deadLetter;
   }
@@ -131,7 +132,7 @@ export class OutboxAdminService implements OnModuleInit {
   }
 
   async replayOne(id: string, availableAt?: Date): Promise<{ replayed: number }> {
-    const replayed = await this.outboxStore.replay({ ids: [id] }, availableAt);
+    const replayed = await this.outboxStore.replay({ ids: [canonicalId(id)] }, availableAt);
     if (replayed === 0) throw notFound(id);
     return { replayed };
   }
@@ -142,7 +143,7 @@ export class OutboxAdminService implements OnModuleInit {
   }
 
   async purgeOne(id: string): Promise<{ purged: number }> {
-    const purged = await this.outboxStore.purge({ ids: [id] });
+    const purged = await this.outboxStore.purge({ ids: [canonicalId(id)] });
     if (purged === 0) throw notFound(id);
     return { purged };
   }
@@ -157,44 +158,67 @@ export class OutboxAdminService implements OnModuleInit {
   }
 
   /**
-   * SQL stores compare the cursor's id with a uuid column; a forged one must be a 400 here rather
-   * than a database error later.
+   * Only a cursor a store could have returned gets through: SQL stores compare its id with a uuid
+   * column and its date with a timestamp column, so a forged one ("year 300000") must be a 400
+   * here rather than a database error later. Re-encoding must give back the exact text.
    */
   private checkCursor(cursor: string): void {
-    let id: string;
+    let decoded: DeadLetterCursor | undefined;
     try {
-      id = decodeCursor(cursor).id;
+      decoded = decodeCursor(cursor);
     } catch {
-      id = '';
+      decoded = undefined;
     }
-    if (!isUuid(id))
+    const genuine =
+      decoded !== undefined &&
+      isUuid(decoded.id) &&
+      isAdminDate(decoded.deadAt) &&
+      encodeCursor(decoded) === cursor;
+    if (!genuine) {
       throw new BadRequestException('cursor must be a nextCursor returned by a previous page');
+    }
   }
+}
+
+/**
+ * Dead-letter ids are UUIDs the stores generate in lower case; PostgreSQL's uuid column matches
+ * any case and the text columns of the other stores only the exact one, so ids are lowered here.
+ */
+function canonicalId(id: string): string {
+  return id.toLowerCase();
 }
 
 function notFound(id: string): NotFoundException {
   return new NotFoundException(`No dead letter with id ${id}`);
 }
 
-/** Drops absent fields so `isMatchAll` and the stores see only real criteria. */
+/**
+ * Drops absent fields so `isMatchAll` and the stores see only real criteria. `null` is refused
+ * (the DTOs already do): a store could read it as "any" and match everything.
+ */
 function compact(filter: DeadLetterFilter): DeadLetterFilter {
   const { type, handler, key, failedBefore, failedAfter } = filter;
-  return Object.fromEntries(
-    Object.entries({ type, handler, key, failedBefore, failedAfter }).filter(
-      ([, v]) => v !== undefined,
-    ),
-  ) as DeadLetterFilter;
+  const fields = Object.entries({ type, handler, key, failedBefore, failedAfter });
+  const nulls = fields.filter(([, v]) => v === null).map(([name]) => name);
+  if (nulls.length > 0) {
+    throw new BadRequestException(nulls.map((name) => `${name} must not be null`));
+  }
+  return Object.fromEntries(fields.filter(([, v]) => v !== undefined)) as DeadLetterFilter;
 }
 
 /** Exactly one of ids / filter, and a filter that matches everything only with `all: true`. */
 export function toSelector(selection: BulkSelection): DeadLetterSelector {
   const { ids, filter, all } = selection;
+  for (const [name, value] of Object.entries({ ids, filter, all })) {
+    if (value === null) throw new BadRequestException([`${name} must not be null`]);
+  }
   if (ids !== undefined && filter !== undefined) {
     throw new BadRequestException('send either ids or filter, not both');
   }
   if (ids !== undefined) {
     if (all !== undefined) throw new BadRequestException('all applies to a filter, not to ids');
-    return { ids };
+    // Each dead letter once, so the count answered is the number of dead letters moved.
+    return { ids: [...new Set(ids.map(canonicalId))] };
   }
   if (filter === undefined) {
     throw new BadRequestException(

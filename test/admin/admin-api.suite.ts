@@ -252,6 +252,36 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
       expect((await a.store.stats()).dead).toBe(4);
     });
 
+    // Found by the fuzz tests: the memory store counted a repeated id twice, and only SQL uuid
+    // columns matched an id in upper case.
+    it('counts a repeated id once and takes ids in any case, on every route', async () => {
+      const a = await open();
+      await seed(a, { orders: 2, users: 0 });
+      const [first, second, third, fourth] = await listAll(a);
+      const upper = (id: string) => id.toUpperCase();
+      await a.http
+        .get(`/outbox/dead-letters/${upper(first.id)}`)
+        .set(key)
+        .expect(200);
+      const replayed = await a.http
+        .post('/outbox/dead-letters/replay')
+        .set(key)
+        .send({ ids: [first.id, first.id, upper(first.id), upper(second.id)] })
+        .expect(200);
+      expect(replayed.body).toEqual({ replayed: 2 });
+      const purged = await a.http
+        .post('/outbox/dead-letters/purge')
+        .set(key)
+        .send({ ids: [third.id, upper(third.id), third.id] })
+        .expect(200);
+      expect(purged.body).toEqual({ purged: 1 });
+      await a.http
+        .post(`/outbox/dead-letters/${upper(fourth.id)}/replay`)
+        .set(key)
+        .expect(200, { replayed: 1 });
+      expect(await a.store.stats()).toMatchObject({ dead: 0, pending: 3 });
+    });
+
     it('replays by filter, and every dead letter with a confirmed match-all filter', async () => {
       const a = await open();
       await seed(a, { orders: 3, users: 2 });
@@ -562,6 +592,175 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
             .send({ pad: 'x'.repeat(66_000) }),
       ],
     ];
+
+    // Refusals whose message must name the offending field. `null` never means "no criterion":
+    // it used to match every dead letter (Redis purged all without `all: true`) or crash a store.
+    const post = (a: AdminApp, route: string, body: unknown) =>
+      a.http
+        .post(`/outbox/dead-letters/${route}`)
+        .set(key)
+        .send(body as object);
+    const postJson = (a: AdminApp, route: string, json: string) =>
+      a.http
+        .post(`/outbox/dead-letters/${route}`)
+        .set(key)
+        .set('Content-Type', 'application/json')
+        .send(json);
+    const list = (a: AdminApp, query: string) =>
+      a.http.get(`/outbox/dead-letters${query}`).set(key);
+    const farCursor = (at: string) => cursorOf(`${at}|${randomUUID()}`);
+    type Named = [name: string, field: string, call: (a: AdminApp) => Promise<Response>];
+    const named: Named[] = [
+      ...(['purge', 'replay'] as const).flatMap((route): Named[] => [
+        ...['type', 'handler', 'key', 'failedBefore', 'failedAfter'].flatMap((field): Named[] => [
+          [
+            `${route} with filter.${field} null`,
+            field,
+            (a) => post(a, route, { filter: { [field]: null } }),
+          ],
+          [
+            `${route} with filter.${field} null and all: true`,
+            field,
+            (a) => post(a, route, { filter: { [field]: null }, all: true }),
+          ],
+        ]),
+        [`${route} with ids null`, 'ids', (a) => post(a, route, { ids: null })],
+        [`${route} with filter null`, 'filter', (a) => post(a, route, { filter: null })],
+        [
+          `${route} with filter null and all: true`,
+          'filter',
+          (a) => post(a, route, { filter: null, all: true }),
+        ],
+        [`${route} with all null`, 'all', (a) => post(a, route, { filter: {}, all: null })],
+        [
+          `${route} with ids null beside a filter`,
+          'ids',
+          (a) => post(a, route, { ids: null, filter: { type: 'order.placed' } }),
+        ],
+        [
+          `${route} with failedBefore before 1970`,
+          'failedBefore',
+          (a) => post(a, route, { filter: { failedBefore: '0001-01-01T00:00:00Z' } }),
+        ],
+        [
+          `${route} with failedAfter after 9999`,
+          'failedAfter',
+          (a) => post(a, route, { filter: { failedAfter: '+300000-01-01T00:00:00Z' } }),
+        ],
+      ]),
+      [
+        'replay with availableAt null',
+        'availableAt',
+        (a) => post(a, 'replay', { filter: { type: 'order.placed' }, availableAt: null }),
+      ],
+      [
+        'a single replay with availableAt null',
+        'availableAt',
+        (a) => post(a, `${items[0].id}/replay`, { availableAt: null }),
+      ],
+      [
+        'a single replay with availableAt before 1970',
+        'availableAt',
+        (a) => post(a, `${items[0].id}/replay`, { availableAt: '1000-01-01T00:00:00Z' }),
+      ],
+      ['a list with an empty type', 'type', (a) => list(a, '?type=')],
+      ['a list with an empty key', 'key', (a) => list(a, '?key')],
+      [
+        'a summary with an empty handler',
+        'handler',
+        (a) => a.http.get('/outbox/dead-letters/summary?handler=').set(key),
+      ],
+      [
+        'a list with failedBefore before 1970',
+        'failedBefore',
+        (a) => list(a, '?failedBefore=1969-12-31T23:59:59Z'),
+      ],
+      [
+        'a summary with failedAfter in year 1',
+        'failedAfter',
+        (a) => a.http.get('/outbox/dead-letters/summary?failedAfter=0001-01-01T00:00:00Z').set(key),
+      ],
+      [
+        'a cursor in year 300000',
+        'cursor',
+        (a) => list(a, `?cursor=${farCursor('+300000-01-01T00:00:00.000Z')}`),
+      ],
+      [
+        'a cursor in year -5000',
+        'cursor',
+        (a) => list(a, `?cursor=${farCursor('-005000-01-01T00:00:00.000Z')}`),
+      ],
+      [
+        'a cursor in year 1',
+        'cursor',
+        (a) => list(a, `?cursor=${farCursor('0001-01-01T00:00:00.000Z')}`),
+      ],
+      [
+        'a cursor with a trailing part',
+        'cursor',
+        (a) => list(a, `?cursor=${cursorOf(`2026-01-01T00:00:00.000Z|${randomUUID()}|x`)}`),
+      ],
+      ['an empty cursor', 'cursor', (a) => list(a, '?cursor=')],
+      // Nest's pipe deletes prototype keys silently; they are unknown fields like any other.
+      [
+        'a body with a __proto__ key',
+        '__proto__',
+        (a) => postJson(a, 'purge', '{"__proto__": {"all": true}, "filter": {}}'),
+      ],
+      [
+        'a filter with a constructor key',
+        'filter.constructor',
+        (a) => postJson(a, 'replay', '{"filter": {"constructor": {"type": "x"}}, "all": true}'),
+      ],
+      ['a query with a __proto__ field', '__proto__', (a) => list(a, '?__proto__=x')],
+      // class-validator's whitelist looked names up in a plain object, so toString passed.
+      [
+        'a filter with a toString key',
+        'filter.toString',
+        (a) => postJson(a, 'purge', '{"filter": {"type": "order.placed", "toString": 1}}'),
+      ],
+      [
+        'a body with a hasOwnProperty key',
+        'hasOwnProperty',
+        (a) =>
+          postJson(a, 'replay', '{"ids": ["%s"], "hasOwnProperty": 1}'.replace('%s', items[0].id)),
+      ],
+      ['a query with a valueOf field', 'valueOf', (a) => list(a, '?valueOf=1')],
+      [
+        'ids with a prototype key',
+        'prototype',
+        (a) => postJson(a, 'purge', '{"ids": ["x"], "prototype": {"all": true}}'),
+      ],
+      // Tens of thousands of levels fit in the body limit; recursing into them overflowed the stack.
+      [
+        'a deeply nested filter',
+        'filter',
+        (a) => postJson(a, 'purge', `{"filter": ${'['.repeat(20_000)}${']'.repeat(20_000)}}`),
+      ],
+    ];
+
+    it('names the id when a path id is not a UUID, on every route that takes one', async () => {
+      for (const res of [
+        await a.http.get('/outbox/dead-letters/not-a-uuid').set(key),
+        await a.http.post('/outbox/dead-letters/123/replay').set(key),
+        await a.http.delete('/outbox/dead-letters/%E2%80%8B').set(key),
+      ]) {
+        expect({ status: res.status, message: res.body.message }).toEqual({
+          status: 400,
+          message: 'id must be a UUID',
+        });
+      }
+    });
+
+    it.each(named)('answers %s with 400 naming %s', async (_name, field, call) => {
+      const res = await call(a);
+      expect({ status: res.status, body: res.body }).toMatchObject({
+        status: 400,
+        body: { statusCode: 400, message: expect.anything() },
+      });
+      expect(res.headers['cache-control']).toBe('no-store');
+      expect(JSON.stringify(res.body.message)).toContain(field);
+    });
 
     it("leaves malformed JSON and bodies over the app's parser limit to the app (400 / 413)", async () => {
       // Express parses the body before any route code runs; its errors come from Nest's handler.

@@ -4,32 +4,31 @@ import {
   ArrayMinSize,
   IsArray,
   IsBoolean,
-  IsDate,
   IsObject,
-  IsOptional,
   IsUUID,
   ValidateNested,
 } from 'class-validator';
 import { OUTBOX_ADMIN_MAX_IDS } from '../outbox-admin.constants';
-import { DeadLetterFilterDto, ToDate } from './dead-letter-filter.dto';
+import { IsAdminDate, IsOptionalNotNull } from './admin-field.decorators';
+import { DeadLetterFilterDto } from './dead-letter-filter.dto';
 
 /** Body of `POST dead-letters/purge`: exactly one of `ids` or `filter`. */
 export class PurgeDeadLettersDto {
-  @IsOptional()
+  @IsOptionalNotNull()
   @IsArray()
   @ArrayMinSize(1)
   @ArrayMaxSize(OUTBOX_ADMIN_MAX_IDS)
   @IsUUID('all', { each: true })
   ids?: string[];
 
-  @IsOptional()
+  @IsOptionalNotNull()
   @IsObject()
   @ValidateNested()
   @Type(() => DeadLetterFilterDto)
   filter?: DeadLetterFilterDto;
 
   /** Must be `true` when `filter` has no criteria, i.e. selects every dead letter. */
-  @IsOptional()
+  @IsOptionalNotNull()
   @IsBoolean()
   all?: boolean;
 }
@@ -37,17 +36,15 @@ export class PurgeDeadLettersDto {
 /** Body of `POST dead-letters/replay`. */
 export class ReplayDeadLettersDto extends PurgeDeadLettersDto {
   /** When the replayed deliveries become due. @default now */
-  @IsOptional()
-  @ToDate()
-  @IsDate({ message: '$property must be an ISO-8601 date-time' })
+  @IsOptionalNotNull()
+  @IsAdminDate()
   availableAt?: Date;
 }
 
 /** Body of `POST dead-letters/:id/replay` (optional). */
 export class ReplayDeadLetterDto {
   /** When the replayed delivery becomes due. @default now */
-  @IsOptional()
-  @ToDate()
-  @IsDate({ message: '$property must be an ISO-8601 date-time' })
+  @IsOptionalNotNull()
+  @IsAdminDate()
   availableAt?: Date;
 }

@@ -1,43 +1,36 @@
-import { Transform } from 'class-transformer';
-import { IsDate, IsOptional, IsString, Length, isISO8601 } from 'class-validator';
+import { IsString, Length } from 'class-validator';
+import { IsAdminDate, IsOptionalNotNull } from './admin-field.decorators';
 
-/** ISO-8601 text to a Date; anything else is left as is for `@IsDate()` to reject. */
-export const ToDate = () =>
-  Transform(({ value }: { value: unknown }) =>
-    typeof value === 'string' && isISO8601(value, { strict: true }) ? new Date(value) : value,
-  );
-
-const isoMessage = { message: '$property must be an ISO-8601 date-time' };
-
-/** Which dead letters a query or bulk action selects. Every field narrows the selection. */
+/**
+ * Which dead letters a query or bulk action selects. Every field narrows the selection; a field
+ * is either left out or a real value (`null` is refused, never read as "any").
+ */
 export class DeadLetterFilterDto {
   /** Event type, exact match. */
-  @IsOptional()
+  @IsOptionalNotNull()
   @IsString()
   @Length(1, 255)
   type?: string;
 
   /** Handler name, exact match. */
-  @IsOptional()
+  @IsOptionalNotNull()
   @IsString()
   @Length(1, 255)
   handler?: string;
 
   /** Ordering key, exact match. */
-  @IsOptional()
+  @IsOptionalNotNull()
   @IsString()
   @Length(1, 512)
   key?: string;
 
   /** Dead-lettered strictly before this time. */
-  @IsOptional()
-  @ToDate()
-  @IsDate(isoMessage)
+  @IsOptionalNotNull()
+  @IsAdminDate()
   failedBefore?: Date;
 
   /** Dead-lettered at or after this time. */
-  @IsOptional()
-  @ToDate()
-  @IsDate(isoMessage)
+  @IsOptionalNotNull()
+  @IsAdminDate()
   failedAfter?: Date;
 }

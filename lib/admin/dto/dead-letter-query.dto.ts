@@ -1,12 +1,13 @@
 import { Type } from 'class-transformer';
-import { IsInt, IsOptional, IsString, Max, MaxLength, Min } from 'class-validator';
+import { IsInt, IsString, Max, MaxLength, Min } from 'class-validator';
 import { OUTBOX_ADMIN_PAGE_SIZE_CEILING } from '../outbox-admin.constants';
+import { IsOptionalNotNull } from './admin-field.decorators';
 import { DeadLetterFilterDto } from './dead-letter-filter.dto';
 
 /** Query of `GET dead-letters`: a filter plus a keyset page. */
 export class DeadLetterQueryDto extends DeadLetterFilterDto {
   /** Page size; the per-module `limits.maxPageSize` is checked by the service. */
-  @IsOptional()
+  @IsOptionalNotNull()
   @Type(() => Number)
   @IsInt()
   @Min(1)
@@ -14,7 +15,7 @@ export class DeadLetterQueryDto extends DeadLetterFilterDto {
   limit?: number;
 
   /** `nextCursor` of the previous page. */
-  @IsOptional()
+  @IsOptionalNotNull()
   @IsString()
   @MaxLength(512)
   cursor?: string;
