@@ -152,18 +152,18 @@ describe.each(DIALECTS.filter(([, up]) => up).map(([d]) => d))(
 
       const created = await schema('migrate');
       expect(created.code).toBe(0);
-      expect(created.text).toMatch(/^outbox tables created \(schema version 1\)$/m);
+      expect(created.text).toMatch(/^outbox tables created \(schema version 2\)$/m);
       expect(created.text).toMatch(/^inbox table \S*inbox created$/m);
       expect(created.text).not.toMatch(/up to date/);
 
       const ok = await schema('status');
       expect(ok.code).toBe(0);
-      expect(ok.text).toMatch(/outbox schema version 1 \(expected 1\): up to date/);
+      expect(ok.text).toMatch(/outbox schema version 2 \(expected 2\): up to date/);
       expect(ok.text).toMatch(/inbox table \S*inbox: up to date/);
 
       const again = await schema('migrate');
       expect(again.code).toBe(0);
-      expect(again.text).toMatch(/outbox schema version 1: already up to date/);
+      expect(again.text).toMatch(/outbox schema version 2: already up to date/);
       expect(again.text).toMatch(/inbox table \S*inbox: already up to date/);
     });
 
@@ -189,7 +189,7 @@ describe.each(DIALECTS.filter(([, up]) => up).map(([d]) => d))(
     it('an outbox-only database: status passes; --inbox asks for the inbox table', async () => {
       const schema = fresh();
       const created = await schema('migrate', '--outbox');
-      expect(created).toMatchObject({ code: 0, text: 'outbox tables created (schema version 1)' });
+      expect(created).toMatchObject({ code: 0, text: 'outbox tables created (schema version 2)' });
 
       const status = await schema('status');
       expect(status.code).toBe(0);
