@@ -23,7 +23,7 @@ function toDate(field: string, value: unknown): Date | null {
 }
 
 /**
- * Checks one event against the limits of SPEC §2.15 and normalizes it. `path` prefixes field
+ * Checks one event against the limits in the README (Limits; Guarantees 15) and normalizes it. `path` prefixes field
  * names in errors (`events[3]`), so the caller learns exactly which value to fix.
  */
 export function validateEvent(

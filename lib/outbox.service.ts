@@ -36,7 +36,7 @@ export class OutboxService {
   /**
    * Validates and stores one event or a batch (all or nothing) and returns what was stored, ids
    * filled. Appending an existing id with identical content is a no-op; with different content it
-   * throws `DuplicateEventError` (SPEC §2.10).
+   * throws `DuplicateEventError` (README Guarantees 10).
    */
   append<T = unknown>(event: OutboxEventInput<T>, options?: AppendOptions): Promise<OutboxEvent<T>>;
   append<T = unknown>(

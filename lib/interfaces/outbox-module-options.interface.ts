@@ -61,7 +61,7 @@ export interface OutboxDispatcherOptions {
   storeErrorMaxBackoffMs?: number;
 }
 
-/** Validation limits of SPEC §2.15. */
+/** Validation limits (README: Limits). */
 export interface OutboxLimits {
   /** @default 255 */
   typeMaxLength: number;

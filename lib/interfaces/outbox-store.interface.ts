@@ -36,7 +36,7 @@ export interface ClaimRequest {
   leaseMs: number;
 }
 
-/** A worker's time-limited claim on a delivery (SPEC §1). */
+/** A worker's time-limited claim on a delivery (see the README). */
 export interface Lease {
   deliveryId: string;
   owner: string;
@@ -161,7 +161,7 @@ export interface CleanupResult {
 /**
  * Persistence of events and deliveries. Every store passes the contract suite in
  * `nestjs-outbox/testing`. Lease operations throw `LeaseLostError` unless the caller still owns
- * the live lease (SPEC §2.4). Times come from the store clock (SPEC §2.5).
+ * the live lease (README Guarantees 4). Times come from the store clock (README Guarantees 5).
  */
 export interface OutboxStore {
   append(events: AppendableEvent[], options?: StoreAppendOptions): Promise<OutboxEvent[]>;

@@ -16,7 +16,7 @@ export function canonicalJson(value: unknown): string {
   });
 }
 
-/** What SPEC §2.10 compares when an id is appended again. */
+/** What README Guarantees 10 compares when an id is appended again. */
 export interface EventContent {
   type: string;
   key: string | null;

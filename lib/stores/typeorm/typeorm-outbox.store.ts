@@ -373,7 +373,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
   }
 
   /**
-   * Per-key order across expansion (SPEC §2.6): an earlier event of the key that is still an
+   * Per-key order across expansion (README Guarantees 6): an earlier event of the key that is still an
    * unexpanded delivery of a type the handler subscribes to will become one of the handler's
    * deliveries, so it blocks the later ones just as that delivery would. This covers placeholders
    * this claim did not get to expand (a backlog beyond EXPAND_BATCH, or not due yet) and those
