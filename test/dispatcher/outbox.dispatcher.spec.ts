@@ -716,6 +716,43 @@ describe('OutboxDispatcher', () => {
     expect(done).toBe(1);
   });
 
+  it('keeps retention at pace with the append rate: one cleanup run repeats full batches until nothing eligible is left', async () => {
+    @Injectable()
+    class Quick {
+      @OutboxHandler('many')
+      ok() {}
+    }
+    const store = new MemoryOutboxStore();
+    const cleanup = jest.spyOn(store, 'cleanup');
+    t = await createOutboxApp([Quick], {
+      store,
+      module: {
+        retention: {
+          deliveredMs: 1_000,
+          deadLetterMs: null,
+          cleanupIntervalMs: 5_000,
+          batchSize: 50,
+        },
+      },
+    });
+    // 1,200 events between two runs: 24 batches' worth, where one batch per run used to be all.
+    for (let i = 0; i < 1_200; i += 300) {
+      await t.outbox.append(
+        Array.from({ length: 300 }, (_, j) => ({ type: 'many', payload: { i: i + j } })),
+      );
+    }
+    await t.dispatcher.drain();
+    await tick(5_000);
+    for (let i = 0; i < 30 && cleanup.mock.calls.length < 25; i++) await tick(0);
+    expect(cleanup.mock.calls.length).toBe(25); // 24 full batches, then one that is not
+    const left = await store.cleanup({
+      deliveredRetentionMs: 0,
+      deadLetterRetentionMs: null,
+      batchSize: 10_000,
+    });
+    expect(left.events).toBe(0);
+  });
+
   it('runs the retention cleanup on its interval: delivered events and old dead letters go', async () => {
     @Injectable()
     class Mixed {
