@@ -175,7 +175,8 @@ async function ours(c: Counter, store: string, config: string, history: boolean)
       await app.close(); // stops the dispatcher after the last acks
       closed = true;
       const stats = app.dispatcher.stats();
-      if (stats.succeeded !== N) throw new Error(`acked ${stats.succeeded}/${N}`);
+      if (stats.succeeded !== N)
+        throw new Error(`acked ${stats.succeeded}/${N}: ${JSON.stringify(stats)}`);
       c.check(`ours-${store}-${config}`);
       // What the library resolved (its defaults may change; the report shows what ran).
       const resolved = (app.dispatcher as unknown as { config?: Record<string, unknown> }).config;

@@ -107,6 +107,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private morePending = false;
   /** A claim was skipped because too many outcomes wait to be written. */
   private heldBack = false;
+  /** The last store error met while writing outcomes (a batch shares one). */
+  private lastOutcomeError: unknown = null;
   private consecutiveStoreErrors = 0;
   private backoffUntil = 0;
   private readonly counters = {
@@ -586,7 +588,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     if (error instanceof LeaseLostError) {
       this.counters.leaseLost++;
       this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
-    } else {
+    } else if (error !== this.lastOutcomeError) {
+      // One failed batch rejects each of its acks with the same error: one store error, one line.
+      this.lastOutcomeError = error;
       this.storeFailed(operation, error);
     }
   }

@@ -247,8 +247,9 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     deadlockRetries: 3,
   };
 
+  /** Acks meet claims locking the same rows in another order: a deadlock victim tries again. */
   get deleteLeasedRunOptions(): RunOptions {
-    return this.mariadb ? {} : this.moveRunOptions;
+    return this.mariadb ? { deadlockRetries: 5 } : this.moveRunOptions;
   }
 
   moveRows(move: RowMove): Plan<Row[]> {
