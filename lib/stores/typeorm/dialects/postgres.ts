@@ -262,14 +262,23 @@ RETURNING d.id`);
     return rows;
   }
 
+  /**
+   * One statement. The picked ids and their events are reached by `= ANY(ARRAY(…))`, which is
+   * always an index lookup: joined as tables, the planner may hash-join them against a sequential
+   * scan of the whole backlog (measured: 7.5 of 8.9 ms per claim of 100 over 20,000 open rows).
+   */
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
     const { rows } =
-      yield prepared(sql`WITH c AS MATERIALIZED (${candidates({ limit: req.limit, lock: true })})
-UPDATE ${this.tables.deliveries} AS d
-SET status = 'leased', attempts = d.attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
-FROM c, ${this.tables.events} AS e
-WHERE d.id = c.id AND e.seq = d.event_seq
-RETURNING ${columns}`);
+      yield prepared(sql`WITH c AS MATERIALIZED (${candidates({ limit: req.limit, lock: true })}),
+u AS (
+  UPDATE ${this.tables.deliveries} AS d
+  SET status = 'leased', attempts = d.attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
+  WHERE d.id = ANY(ARRAY(SELECT id FROM c))
+  RETURNING d.*
+)
+SELECT ${columns}
+FROM u AS d
+JOIN (SELECT * FROM ${this.tables.events} WHERE seq = ANY(ARRAY(SELECT event_seq FROM u))) AS e ON e.seq = d.event_seq`);
     return rows;
   }
 
