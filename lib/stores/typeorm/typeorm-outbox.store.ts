@@ -46,7 +46,7 @@ import {
 } from './dialects/sql-dialect';
 import { EMPTY, join, list, raw, sql, SqlText } from './sql';
 import { OutboxTableOptions } from './typeorm-outbox.tables';
-import { ensureOutboxSchema } from './typeorm-outbox.schema';
+import { ensureOutboxSchema, outboxSchemaStatus } from './typeorm-outbox.schema';
 
 export interface TypeOrmOutboxStoreOptions extends OutboxTableOptions {
   /** Longest error message stored per failure, in characters. @default 4096 */
@@ -114,11 +114,33 @@ export class TypeOrmOutboxStore implements OutboxStore {
     return this.dialect.name;
   }
 
+  /**
+   * Creates or upgrades the tables (`ensureSchema: true`), or checks that they are at the version
+   * this release expects: a missing or older schema fails here, with the command that fixes it,
+   * instead of every claim failing later.
+   */
   init(): Promise<void> {
     this.initialized ??= this.options.ensureSchema
       ? ensureOutboxSchema(this.dataSource, this.options)
-      : Promise.resolve();
+      : this.checkSchema();
     return this.initialized;
+  }
+
+  private async checkSchema(): Promise<void> {
+    const status = await outboxSchemaStatus(this.dataSource, this.options);
+    if (status.upToDate) return;
+    const prefix = this.dialect.tables.prefix;
+    const found =
+      status.current === null
+        ? `the outbox tables (${prefix}events, ${prefix}deliveries, …) do not exist`
+        : `the outbox tables are at schema version ${status.current}, this release needs ${status.expected}`;
+    throw new OutboxOptionsError(
+      'store.ensureSchema',
+      `${found}. Run \`npx nestjs-outbox schema migrate --outbox --url <database url>\`` +
+        `${prefix === 'outbox_' ? '' : ` --prefix ${prefix}`}, or add the migrations (NestjsOutboxSchema1780000000000 and ` +
+        'NestjsOutboxSchema1781000000000, or createOutboxMigration for your prefix) to your DataSource, ' +
+        'or set ensureSchema: true to let the app create them.',
+    );
   }
 
   /** Creates the outbox tables if missing (safe when several replicas call it at once). */
