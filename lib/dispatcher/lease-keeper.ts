@@ -4,7 +4,7 @@ import { Lease, OutboxStore } from '../interfaces/outbox-store.interface';
 /** A lease the keeper renews, and how to stop its run when the lease cannot be kept. */
 export interface KeptLease {
   lease: Lease;
-  /** Local (Date.now) time by which the lease is surely expired unless renewed. */
+  /** Monotonic local time (`performance.now()`) by which the lease is surely expired unless renewed. */
   expiresAt: number;
   renewing: boolean;
   /** Stops the run: the lease is lost, or could not be renewed in time. */
@@ -18,8 +18,9 @@ export interface KeptLease {
  * store would let another worker claim the delivery: the run is treated as lost and its outcome
  * discarded, so one delivery never runs twice at once.
  *
- * Expiry is tracked on the local clock from the moment each renewal was *sent* (never later than
- * the store's own expiry), so clock skew between this host and the store cannot extend it.
+ * Expiry is tracked on the monotonic local clock from the moment each renewal was *sent* (never
+ * later than the store's own expiry), so neither skew between this host and the store nor a step
+ * of the wall clock can extend or cut it.
  */
 export class LeaseKeeper {
   private readonly kept = new Set<KeptLease>();
@@ -30,7 +31,7 @@ export class LeaseKeeper {
     private readonly store: OutboxStore,
     private readonly leaseMs: number,
     private readonly onRenewError: (lease: Lease, error: unknown) => void,
-    private readonly now: () => number = Date.now,
+    private readonly now: () => number = () => performance.now(),
   ) {
     this.every = Math.max(1, Math.floor(leaseMs / 3));
   }

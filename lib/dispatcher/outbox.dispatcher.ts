@@ -60,7 +60,7 @@ interface Run {
   delivery: ClaimedDelivery;
   handler: RegisteredHandler;
   kept: KeptLease;
-  /** Local time after which the handler counts as timed out. */
+  /** Monotonic local time (`performance.now()`) after which the handler counts as timed out. */
   deadline: number;
   timeoutMs: number;
   /** Created on first use of `context.signal`: most handlers never read it. */
@@ -201,7 +201,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
     this.pollTimer = this.cleanupTimer = null;
     // One deadline for all: a claim stuck on a dead connection must not hang shutdown either.
-    const deadline = Date.now() + this.config.shutdownTimeoutMs;
+    const deadline = performance.now() + this.config.shutdownTimeoutMs;
     const claimsDone = await settleWithin(Promise.all(this.polls), deadline);
     // Claimed but not started: back to the store for another worker, at once.
     const unstarted = this.waiting.splice(0);
@@ -219,9 +219,10 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       );
       for (const run of this.runs.values()) run.interrupt(new OutboxShutdownError());
     }
-    await settleWithin(this.reporter.settled(), Math.max(deadline, Date.now() + 1_000));
+    await settleWithin(this.reporter.settled(), Math.max(deadline, performance.now() + 1_000));
     // A running retention batch finishes before the store's connections close.
-    if (this.cleaning) await settleWithin(this.cleaning, Math.max(deadline, Date.now() + 1_000));
+    if (this.cleaning)
+      await settleWithin(this.cleaning, Math.max(deadline, performance.now() + 1_000));
     this.keeper.stop();
     this.clearTimeoutTimer();
     this.state = 'idle';
@@ -339,7 +340,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
    */
   private poll(): void {
     if (this.state !== 'running' || this.paused) return;
-    if (Date.now() < this.backoffUntil || this.polls.size >= MAX_CLAIMS_IN_FLIGHT) return;
+    if (performance.now() < this.backoffUntil || this.polls.size >= MAX_CLAIMS_IN_FLIGHT) return;
     if (this.reporter.backlog > this.maxBacklog) {
       this.heldBack = true;
       return;
@@ -367,7 +368,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const subscriptions = this.registry.subscriptions();
     if (subscriptions.length === 0 || limit <= 0) return 0;
     let claimed: ClaimedDelivery[];
-    const sentAt = Date.now();
+    const sentAt = performance.now();
     try {
       claimed = await this.store.claim({
         workerId: this.workerId,
@@ -448,7 +449,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       delivery,
       handler,
       kept,
-      deadline: Date.now() + timeoutMs,
+      deadline: performance.now() + timeoutMs,
       timeoutMs,
       controller: null,
       interruptedBy: undefined,
@@ -600,7 +601,10 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     if (deadline >= this.timeoutAt) return;
     this.clearTimeoutTimer();
     this.timeoutAt = deadline;
-    this.timeoutTimer = setTimeout(() => this.expireRuns(), Math.max(0, deadline - Date.now()));
+    this.timeoutTimer = setTimeout(
+      () => this.expireRuns(),
+      Math.max(0, deadline - performance.now()),
+    );
     this.timeoutTimer.unref();
   }
 
@@ -612,7 +616,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
 
   private expireRuns(): void {
     this.clearTimeoutTimer();
-    const now = Date.now();
+    const now = performance.now();
     let next = Infinity;
     for (const run of this.runs.values()) {
       if (run.interruptedBy !== undefined) continue;
@@ -634,7 +638,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.config.storeErrorMaxBackoffMs,
       this.config.storeErrorBackoffMs * 2 ** Math.min(20, this.consecutiveStoreErrors - 1),
     );
-    this.backoffUntil = Date.now() + delay;
+    this.backoffUntil = performance.now() + delay;
     this.logger.warn(OutboxMessages.storeError(operation, error, delay));
   }
 
@@ -672,7 +676,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
 
   private async cleanupRun(): Promise<void> {
     const { deliveredMs, deadLetterMs, batchSize } = this.options.retention;
-    const until = Date.now() + CLEANUP_BUDGET_MS;
+    const until = performance.now() + CLEANUP_BUDGET_MS;
     const total = { events: 0, deadLetters: 0 };
     try {
       for (;;) {
@@ -684,7 +688,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         total.events += result.events;
         total.deadLetters += result.deadLetters;
         const full = result.events >= batchSize || result.deadLetters >= batchSize;
-        if (!full || Date.now() >= until || this.state !== 'running') break;
+        if (!full || performance.now() >= until || this.state !== 'running') break;
       }
     } catch (error) {
       this.logger.warn(OutboxMessages.cleanupFailed(error));
@@ -699,7 +703,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
 async function settleWithin(promise: Promise<unknown>, deadline: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), Math.max(0, deadline - Date.now()));
+    timer = setTimeout(() => resolve(false), Math.max(0, deadline - performance.now()));
   });
   try {
     return await Promise.race([

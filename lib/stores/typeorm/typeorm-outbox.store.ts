@@ -449,10 +449,10 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
       sql`SELECT id, event_type FROM ${this.D} WHERE handler = ${UNEXPANDED_HANDLER} AND status = 'pending' AND available_at <= ${this.dialect.now} AND event_type IN (${list([...byType.keys()])}) ORDER BY event_seq LIMIT ${raw(String(EXPAND_BATCH))} ${lock}`;
     // Cheap unlocked probe first, so the common case costs one statement and no transaction, and
     // after an empty probe none at all for a while (an app-clock throttle, not a due time).
-    if (Date.now() < this.expandQuietUntil) return;
+    if (performance.now() < this.expandQuietUntil) return;
     const probe = await this.one(select(EMPTY));
     if (probe.rows.length === 0) {
-      this.expandQuietUntil = Date.now() + EXPAND_PROBE_QUIET_MS;
+      this.expandQuietUntil = performance.now() + EXPAND_PROBE_QUIET_MS;
       return;
     }
     const d = this.dialect;
