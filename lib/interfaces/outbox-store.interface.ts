@@ -95,7 +95,10 @@ export interface DeadLetterFilter {
   failedAfter?: Date;
 }
 
-/** Which dead letters a bulk action touches. An empty filter matches every dead letter. */
+/**
+ * Which dead letters a bulk action touches. An empty filter matches every dead letter. An id
+ * listed more than once is one dead letter: counted once.
+ */
 export type DeadLetterSelector = { ids: string[] } | { filter: DeadLetterFilter };
 
 export interface DeadLetterPageQuery extends DeadLetterFilter {

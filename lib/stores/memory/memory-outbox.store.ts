@@ -355,7 +355,8 @@ export class MemoryOutboxStore implements OutboxStore {
 
   private select(selector: DeadLetterSelector): StoredDelivery[] {
     if ('ids' in selector) {
-      return selector.ids
+      // An id listed twice is one dead letter, counted once (as the SQL and Redis stores do).
+      return [...new Set(selector.ids)]
         .map((id) => this.deliveries.get(id))
         .filter((d): d is StoredDelivery => d?.status === 'dead');
     }
