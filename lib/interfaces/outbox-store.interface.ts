@@ -85,6 +85,12 @@ export interface DeadLetter {
   deadAt: Date;
 }
 
+/**
+ * Conditions on dead letters, all of which must hold. A field left `undefined` is no condition.
+ * Stores are never given `null` (the admin API refuses it with a 400); should one arrive anyway in
+ * `type`, `handler` or `key`, it matches nothing, as SQL's `= NULL` does — never everything, and
+ * `key: null` does not select events without a key.
+ */
 export interface DeadLetterFilter {
   type?: string;
   handler?: string;

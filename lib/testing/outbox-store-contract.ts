@@ -5,6 +5,7 @@ import { LeaseLostError } from '../errors/lease-lost.error';
 import {
   AppendableEvent,
   ClaimedDelivery,
+  DeadLetterFilter,
   HandlerSubscription,
   OutboxStore,
 } from '../interfaces/outbox-store.interface';
@@ -587,6 +588,20 @@ export function describeOutboxStoreContract(
         expect(await store.getDeadLetter(d3.deliveryId)).toBeNull();
         expect((await store.stats()).dead).toBe(0);
         expect(await store.replay({ filter: {} })).toBe(0);
+      });
+
+      it('matches nothing with a null type, handler or key in a filter (never everything)', async () => {
+        // The interface never passes null (the admin API refuses it); a store given one anyway
+        // reads it as SQL reads `= NULL`.
+        const keyless = await makeDead({ key: null });
+        const keyed = await makeDead({ key: 'k' });
+        for (const field of ['type', 'handler', 'key'] as const) {
+          const filter = { [field]: null } as unknown as DeadLetterFilter;
+          expect(await store.purge({ filter })).toBe(0);
+          expect(await store.replay({ filter })).toBe(0);
+        }
+        expect(await store.getDeadLetter(keyless.deliveryId)).not.toBeNull();
+        expect(await store.getDeadLetter(keyed.deliveryId)).not.toBeNull();
       });
 
       it('counts an id given twice once, in replay and in purge', async () => {

@@ -69,6 +69,12 @@ const ACK_MANY_CHUNK = 1000;
 const optArg = (v: string | undefined | null) => (v === undefined || v === null ? '-' : `+${v}`);
 
 /**
+ * One filter condition for `scanDead`: '-' none, '+value' equal to value, '!' nothing matches — a
+ * `null` the interface never passes, read as SQL reads `= NULL` rather than as "match all".
+ */
+const filterArg = (v: string | undefined | null) => (v === null ? '!' : optArg(v));
+
+/**
  * Outbox store on Redis (ioredis). Every state change is one Lua script using Redis `TIME`, so it
  * is atomic in Redis — and only with Redis writes: an append is not part of any SQL transaction.
  * All keys share the `{prefix}` hash tag, so one outbox lives in one Redis Cluster slot.
@@ -266,9 +272,9 @@ export class RedisOutboxStore implements OutboxStore {
       filter.failedBefore ? `(${filter.failedBefore.getTime()}` : '+inf',
       after?.score ?? '',
       after?.id ?? '',
-      optArg(filter.type),
-      optArg(filter.handler),
-      optArg(filter.key),
+      filterArg(filter.type),
+      filterArg(filter.handler),
+      filterArg(filter.key),
     ];
   }
 
