@@ -425,8 +425,22 @@ export class RedisOutboxStore implements OutboxStore {
     }
   }
 
-  replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
-    return this.forSelection('replay', selector, [availableAt ? availableAt.getTime() : '']);
+  async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    const lead = [availableAt ? availableAt.getTime() : ''];
+    if ('ids' in selector) return this.forSelection('replay', selector, lead);
+    // Only what was dead when the replay began: a replayed delivery that fails again at once is
+    // a newer dead letter, which a later script of this loop would otherwise replay (and count)
+    // again, for as long as the handler keeps failing.
+    const started = (await this.now()).getTime();
+    const { failedBefore } = selector.filter;
+    const bound = new Date(
+      failedBefore && failedBefore.getTime() <= started ? failedBefore.getTime() : started + 1,
+    );
+    return this.forSelection(
+      'replay',
+      { filter: { ...selector.filter, failedBefore: bound } },
+      lead,
+    );
   }
 
   purge(selector: DeadLetterSelector): Promise<number> {
