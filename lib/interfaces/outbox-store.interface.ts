@@ -85,6 +85,12 @@ export interface DeadLetter {
   deadAt: Date;
 }
 
+/**
+ * Conditions on dead letters, all of which must hold. A field left `undefined` is no condition.
+ * Stores are never given `null` (the admin API refuses it with a 400); should one arrive anyway in
+ * `type`, `handler` or `key`, it matches nothing, as SQL's `= NULL` does — never everything, and
+ * `key: null` does not select events without a key.
+ */
 export interface DeadLetterFilter {
   type?: string;
   handler?: string;
@@ -95,7 +101,10 @@ export interface DeadLetterFilter {
   failedAfter?: Date;
 }
 
-/** Which dead letters a bulk action touches. An empty filter matches every dead letter. */
+/**
+ * Which dead letters a bulk action touches. An empty filter matches every dead letter. An id
+ * listed more than once is one dead letter: counted once.
+ */
 export type DeadLetterSelector = { ids: string[] } | { filter: DeadLetterFilter };
 
 export interface DeadLetterPageQuery extends DeadLetterFilter {

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
+import { afterEach, beforeEach, describe, expect, it, jest } from '@jest/globals';
 import { DuplicateEventError } from '../errors/duplicate-event.error';
 import { LeaseLostError } from '../errors/lease-lost.error';
 import {
   AppendableEvent,
   ClaimedDelivery,
+  DeadLetterFilter,
   HandlerSubscription,
   OutboxStore,
 } from '../interfaces/outbox-store.interface';
@@ -31,6 +32,46 @@ export interface OutboxStoreContractOptions {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const HOUR = 3_600_000;
+
+/**
+ * Runs `fn` with the application clock (`Date.now`, `new Date()`) moved by `offsetMs` and still
+ * ticking. Only `Date` is faked: timers, `nextTick` and the like stay real, so drivers work.
+ */
+async function withAppClock<T>(offsetMs: number, fn: () => Promise<T>): Promise<T> {
+  jest.useFakeTimers({
+    now: Date.now() + offsetMs,
+    advanceTimers: true,
+    doNotFake: [
+      'hrtime',
+      'nextTick',
+      'performance',
+      'queueMicrotask',
+      'requestAnimationFrame',
+      'cancelAnimationFrame',
+      'requestIdleCallback',
+      'cancelIdleCallback',
+      'setImmediate',
+      'clearImmediate',
+      'setInterval',
+      'clearInterval',
+      'setTimeout',
+      'clearTimeout',
+    ],
+  });
+  try {
+    return await fn();
+  } finally {
+    jest.useRealTimers();
+  }
+}
+
+/** Runs `fn` over `items` with at most `width` calls in flight. */
+async function inParallel<T>(items: T[], width: number, fn: (item: T) => Promise<unknown>) {
+  for (let i = 0; i < items.length; i += width)
+    await Promise.all(items.slice(i, i + width).map(fn));
+}
 
 /**
  * Registers the shared store contract (every store-level guarantee of SPEC §2) as a jest
@@ -549,6 +590,98 @@ export function describeOutboxStoreContract(
         expect(await store.replay({ filter: {} })).toBe(0);
       });
 
+      it('matches nothing with a null type, handler or key in a filter (never everything)', async () => {
+        // The interface never passes null (the admin API refuses it); a store given one anyway
+        // reads it as SQL reads `= NULL`.
+        const keyless = await makeDead({ key: null });
+        const keyed = await makeDead({ key: 'k' });
+        for (const field of ['type', 'handler', 'key'] as const) {
+          const filter = { [field]: null } as unknown as DeadLetterFilter;
+          expect(await store.purge({ filter })).toBe(0);
+          expect(await store.replay({ filter })).toBe(0);
+        }
+        expect(await store.getDeadLetter(keyless.deliveryId)).not.toBeNull();
+        expect(await store.getDeadLetter(keyed.deliveryId)).not.toBeNull();
+      });
+
+      it('counts an id given twice once, in replay and in purge', async () => {
+        const d1 = await makeDead();
+        const d2 = await makeDead();
+        expect(await store.replay({ ids: [d1.deliveryId, d1.deliveryId] })).toBe(1);
+        expect(await store.purge({ ids: [d2.deliveryId, d2.deliveryId, d2.deliveryId] })).toBe(1);
+        const claimed = await claim([A]);
+        expect(claimed.map((c) => c.event.id)).toEqual([d1.event.id]);
+        expect((await store.stats()).dead).toBe(0);
+      });
+
+      it('replays and purges by filter more dead letters than one batch, reporting the exact total', async () => {
+        // The SQL stores work in batches of 1,000 ids, Redis in scripts of 500.
+        const perType = 1_100;
+        const events = Array.from({ length: 2 * perType }, (_, i) =>
+          event({ type: i % 2 ? 't.two' : 't.one', payload: { i }, handlers: ['A.handle'] }),
+        );
+        for (let i = 0; i < events.length; i += 500) await store.append(events.slice(i, i + 500));
+        let dead = 0;
+        for (let round = 0; dead < events.length && round < 20; round++) {
+          const claimed = await claim([A], 500, 'w1', 120_000);
+          await inParallel(claimed, 25, (c) => store.deadLetter(c.lease, 'rejected', err(1)));
+          dead += claimed.length;
+        }
+        expect(dead).toBe(events.length);
+        expect(await store.replay({ filter: { type: 't.one' } })).toBe(perType);
+        expect(await store.purge({ filter: { type: 't.two' } })).toBe(perType);
+        expect(await store.replay({ filter: {} })).toBe(0);
+        const stats = await store.stats();
+        expect(stats).toMatchObject({ pending: perType, dead: 0, leased: 0 });
+        expect((await store.listDeadLetters({ limit: 10 })).items).toHaveLength(0);
+        const replayed = new Set<string>();
+        for (let round = 0; round < 20; round++) {
+          const claimed = await claim([A], 500, 'w1', 120_000);
+          if (claimed.length === 0) break;
+          for (const c of claimed) {
+            expect(c.event.type).toBe('t.one');
+            expect(c.attempt).toBe(1);
+            replayed.add(c.event.id);
+          }
+          await inParallel(claimed, 25, (c) => store.ack(c.lease));
+        }
+        expect(replayed.size).toBe(perType);
+      }, 180_000);
+
+      it('replays each dead letter of a filter once while workers dead-letter them again', async () => {
+        // A bulk replay works in batches; deliveries it replayed that fail again at once become
+        // newer dead letters of the same filter. They are not part of this replay: counting or
+        // replaying them again could keep the call going for as long as the handler fails.
+        const count = 1_100;
+        const events = Array.from({ length: count }, (_, i) =>
+          event({ payload: { i }, handlers: ['A.handle'] }),
+        );
+        for (let i = 0; i < events.length; i += 550) await store.append(events.slice(i, i + 550));
+        for (let round = 0; round < 10; round++) {
+          const claimed = await claim([A], 550, 'w1', 120_000);
+          if (claimed.length === 0) break;
+          await inParallel(claimed, 25, (c) => store.deadLetter(c.lease, 'rejected', err(1)));
+        }
+        expect((await store.stats()).dead).toBe(count);
+        await advance(5);
+        let replaying = true;
+        const failing = (async () => {
+          while (replaying) {
+            const claimed = await claim([A], 200, 'w2', 120_000);
+            await inParallel(claimed, 25, (c) => store.deadLetter(c.lease, 'rejected', err(1)));
+            if (claimed.length === 0) await sleep(1);
+          }
+        })();
+        let replayed: number;
+        try {
+          replayed = await store.replay({ filter: { type: 't.one' } });
+        } finally {
+          replaying = false;
+          await failing;
+        }
+        expect(replayed).toBe(count);
+      }, 180_000);
+
       it('pages through dead letters with a keyset cursor, no gaps or repeats', async () => {
         const ids = new Set<string>();
         for (let i = 0; i < 23; i++)
@@ -589,6 +722,64 @@ export function describeOutboxStoreContract(
         );
         expect(rows[0].fingerprint).toBe('order <n> not found');
       });
+    });
+
+    describe('store clock', () => {
+      // SPEC §2.5: due times, leases, retries and retention follow the store clock, so an
+      // application clock hours off (a VM resumed, a bad NTP) changes none of them.
+      for (const [label, offset] of [
+        ['3 h ahead', 3 * HOUR],
+        ['3 h behind', -3 * HOUR],
+      ] as const) {
+        it(`keeps due times, leases, retries and retention on the store clock with the app clock ${label}`, async () => {
+          await withAppClock(offset, async () => {
+            // A store whose clock is the app clock (the memory store by default) moves with it;
+            // every check below is against the store's own now().
+            const storeNow = (await store.now()).getTime();
+
+            // Appended without availableAt: due at once by the store clock.
+            const due = event({ handlers: ['A.handle'] });
+            const [stored] = await store.append([due]);
+            expect(Math.abs(stored.availableAt.getTime() - storeNow)).toBeLessThan(60_000);
+            // Due in 1 h by the store clock: not claimable, even with the app clock 3 h ahead.
+            const later = new Date(storeNow + HOUR);
+            await store.append([event({ handlers: ['A.handle'], availableAt: later })]);
+            // Unexpanded (no handlers known at append): due at once too.
+            const unexpanded = event({ type: 't.two', handlers: [] });
+            await store.append([unexpanded]);
+
+            const first = await claim([A], 10, 'w1', 60_000);
+            expect(first.map((c) => c.event.id).sort()).toEqual([due.id, unexpanded.id].sort());
+            for (const c of first) {
+              const until = c.lease.leaseUntil.getTime() - storeNow;
+              expect(until).toBeGreaterThan(50_000);
+              expect(until).toBeLessThan(120_000);
+            }
+            // A 60 s lease holds against another worker right after.
+            expect(await claim([A], 10, 'w2', 60_000)).toHaveLength(0);
+            const [c1, c2] = first;
+            const renewed = await store.renew(c1.lease, 60_000);
+            expect(Math.abs(renewed.leaseUntil.getTime() - storeNow - 60_000)).toBeLessThan(60_000);
+            // A retry 1 h out waits 1 h by the store clock.
+            await store.retry(renewed, HOUR, err(1));
+            expect(await claim([A], 10, 'w2', 60_000)).toHaveLength(0);
+            expect((await store.stats()).due).toBe(0);
+
+            // A fresh dead letter survives a retention of 1 h and carries a store-clock deadAt.
+            await store.deadLetter(c2.lease, 'rejected', err(1));
+            const dl = await store.getDeadLetter(c2.id);
+            expect(Math.abs(dl!.deadAt.getTime() - storeNow)).toBeLessThan(60_000);
+            expect(Math.abs(dl!.errors[0].at.getTime() - storeNow)).toBeLessThan(60_000);
+            const kept = await store.cleanup({
+              deliveredRetentionMs: HOUR,
+              deadLetterRetentionMs: HOUR,
+              batchSize: 100,
+            });
+            expect(kept).toEqual({ events: 0, deadLetters: 0 });
+            expect(await store.getDeadLetter(c2.id)).not.toBeNull();
+          });
+        });
+      }
     });
 
     describe('stats and cleanup', () => {
@@ -664,6 +855,115 @@ export function describeOutboxStoreContract(
           ).deadLetters,
         ).toBe(1);
         expect(await store.getDeadLetter(c.id)).toBeNull();
+      });
+
+      it('never loses a dead letter replayed while retention removes old dead letters', async () => {
+        // A replay that answered 1 must leave a claimable delivery with its event, whatever a
+        // concurrent retention run decided about the dead letter a moment before (SPEC §2.9).
+        let replayedCount = 0;
+        for (let i = 0; i < 30; i++) {
+          const e = event({ payload: { i }, handlers: ['A.handle'] });
+          await store.append([e]);
+          const [c] = await claim([A]);
+          await store.deadLetter(c.lease, 'rejected', err(1));
+          await advance(5);
+          const [replayed] = await Promise.all([
+            store.replay({ ids: [c.id] }),
+            store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: 0, batchSize: 100 }),
+          ]);
+          if (replayed === 1) {
+            replayedCount++;
+            // Another retention run right after must not touch the replayed delivery either.
+            await store.cleanup({
+              deliveredRetentionMs: 0,
+              deadLetterRetentionMs: 0,
+              batchSize: 100,
+            });
+            const again = await claim([A]);
+            expect(again.map((x) => [x.id, x.event.id, x.event.payload])).toEqual([
+              [c.id, e.id, { i }],
+            ]);
+            await store.ack(again[0].lease);
+          } else {
+            expect(replayed).toBe(0);
+            expect(await store.getDeadLetter(c.id)).toBeNull();
+            expect(await claim([A])).toHaveLength(0);
+          }
+        }
+        expect((await store.stats()).dead).toBe(0);
+        // Not asserted: which side wins each race depends on timing.
+        expect(replayedCount).toBeGreaterThanOrEqual(0);
+      }, 120_000);
+
+      it('removes everything eligible over repeated small cleanup calls', async () => {
+        const delivered = Array.from({ length: 25 }, (_, i) =>
+          event({ payload: { i }, handlers: ['A.handle'] }),
+        );
+        const deadOnes = Array.from({ length: 5 }, (_, i) =>
+          event({ type: 't.two', payload: { i }, handlers: ['A.handle'] }),
+        );
+        await store.append([...delivered, ...deadOnes]);
+        const claimed = await claim([A], 100);
+        expect(claimed).toHaveLength(30);
+        for (const c of claimed) {
+          if (c.event.type === 't.two') await store.deadLetter(c.lease, 'rejected', err(1));
+          else await store.ack(c.lease);
+        }
+        await advance(20);
+        const totals = { events: 0, deadLetters: 0 };
+        for (let call = 0; call < 40; call++) {
+          const r = await store.cleanup({
+            deliveredRetentionMs: 0,
+            deadLetterRetentionMs: 0,
+            batchSize: 4,
+          });
+          expect(r.events).toBeLessThanOrEqual(4);
+          expect(r.deadLetters).toBeLessThanOrEqual(4);
+          totals.events += r.events;
+          totals.deadLetters += r.deadLetters;
+          if (r.events === 0 && r.deadLetters === 0) break;
+        }
+        expect(totals.deadLetters).toBe(5);
+        expect(totals.events).toBeGreaterThanOrEqual(25);
+        expect(await store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
+        // Every event is gone: its id takes new content without a DuplicateEventError.
+        for (const e of [...delivered, ...deadOnes])
+          await store.append([{ ...e, payload: { other: true }, handlers: [] }]);
+      });
+
+      it('keeps an event while a delivery of it is open or dead-lettered', async () => {
+        const dead = event({ payload: { n: 'dead' } });
+        const open = event({ payload: { n: 'open' } });
+        await store.append([dead, open]);
+        const claimed = await claim([A, B], 100, 'w1', 60_000);
+        expect(claimed).toHaveLength(4);
+        const of = (e: AppendableEvent, h: HandlerSubscription) =>
+          claimed.find((c) => c.event.id === e.id && c.handler === h.name)!;
+        await store.ack(of(dead, A).lease);
+        await store.deadLetter(of(dead, B).lease, 'rejected', err(1));
+        await store.ack(of(open, A).lease);
+        const leased = of(open, B);
+        await advance(20);
+        for (let call = 0; call < 5; call++) {
+          await store.cleanup({
+            deliveredRetentionMs: 0,
+            deadLetterRetentionMs: null,
+            batchSize: 1,
+          });
+        }
+        // Both events are still there: new content under their ids is refused.
+        for (const e of [dead, open]) {
+          await expect(store.append([{ ...e, payload: { changed: true } }])).rejects.toBeInstanceOf(
+            DuplicateEventError,
+          );
+        }
+        expect((await store.getDeadLetter(of(dead, B).id))?.payload).toEqual({ n: 'dead' });
+        await store.ack(leased.lease);
+        expect(await store.replay({ ids: [of(dead, B).id] })).toBe(1);
+        const again = await claim([A, B]);
+        expect(again.map((c) => [c.handler, c.event.id, c.event.payload])).toEqual([
+          ['B.handle', dead.id, { n: 'dead' }],
+        ]);
       });
     });
   });

@@ -281,9 +281,9 @@ export class MemoryOutboxStore implements OutboxStore {
         if (d.status !== 'dead') return false;
         const e = this.events.get(d.eventId)!;
         return (
-          (filter.type === undefined || e.type === filter.type) &&
-          (filter.handler === undefined || d.handler === filter.handler) &&
-          (filter.key === undefined || e.key === filter.key) &&
+          matches(filter.type, e.type) &&
+          matches(filter.handler, d.handler) &&
+          matches(filter.key, e.key) &&
           (filter.failedBefore === undefined || d.doneAt < filter.failedBefore.getTime()) &&
           (filter.failedAfter === undefined || d.doneAt >= filter.failedAfter.getTime())
         );
@@ -355,7 +355,8 @@ export class MemoryOutboxStore implements OutboxStore {
 
   private select(selector: DeadLetterSelector): StoredDelivery[] {
     if ('ids' in selector) {
-      return selector.ids
+      // An id listed twice is one dead letter, counted once (as the SQL and Redis stores do).
+      return [...new Set(selector.ids)]
         .map((id) => this.deliveries.get(id))
         .filter((d): d is StoredDelivery => d?.status === 'dead');
     }
@@ -445,6 +446,11 @@ export class MemoryOutboxStore implements OutboxStore {
     }
     return result;
   }
+}
+
+/** `undefined` is no condition; `null` matches nothing (see `DeadLetterFilter`). */
+function matches(wanted: string | null | undefined, actual: string | null): boolean {
+  return wanted === undefined || (wanted !== null && actual === wanted);
 }
 
 function publicEvent(e: StoredEvent): OutboxEvent {

@@ -52,6 +52,11 @@ export interface RedisOutboxStoreOptions {
   deadLetterScanLimit?: number;
   /** Most dead letters `summarizeDeadLetters` reads in total. @default 100000 */
   summaryScanLimit?: number;
+  /**
+   * Most payload and header bytes one append call sends. A larger batch is staged in calls of
+   * about this size and committed by one script, all or nothing. @default 8 MiB
+   */
+  appendChunkBytes?: number;
 }
 
 type Row = (string | number | null)[];
@@ -66,7 +71,16 @@ const msArg = (v: number, min: number) => (Number.isFinite(v) && v > min ? Math.
 /** Leases per `ackMany` script call. */
 const ACK_MANY_CHUNK = 1000;
 
+/** An interrupted large append leaves its staged payloads for at most this long. */
+const APPEND_STAGE_TTL_MS = 10 * 60_000;
+
 const optArg = (v: string | undefined | null) => (v === undefined || v === null ? '-' : `+${v}`);
+
+/**
+ * One filter condition for `scanDead`: '-' none, '+value' equal to value, '!' nothing matches — a
+ * `null` the interface never passes, read as SQL reads `= NULL` rather than as "match all".
+ */
+const filterArg = (v: string | undefined | null) => (v === null ? '!' : optArg(v));
 
 /**
  * Outbox store on Redis (ioredis). Every state change is one Lua script using Redis `TIME`, so it
@@ -82,6 +96,7 @@ export class RedisOutboxStore implements OutboxStore {
   private readonly sweep: number;
   private readonly scanLimit: number;
   private readonly summaryLimit: number;
+  private readonly appendChunkBytes: number;
 
   constructor(options: RedisOutboxStoreOptions) {
     const prefix = options.prefix ?? 'outbox';
@@ -98,6 +113,7 @@ export class RedisOutboxStore implements OutboxStore {
     this.sweep = options.claimSweepLimit ?? 500;
     this.scanLimit = options.deadLetterScanLimit ?? 5000;
     this.summaryLimit = options.summaryScanLimit ?? 100_000;
+    this.appendChunkBytes = options.appendChunkBytes ?? 8 * 1024 * 1024;
   }
 
   private run(name: RedisScriptName, args: (string | number)[]): Promise<unknown> {
@@ -118,24 +134,41 @@ export class RedisOutboxStore implements OutboxStore {
       );
     }
     if (events.length === 0) return [];
-    const args: (string | number)[] = [events.length];
-    for (const e of events) {
+    const bodies = events.map((e) => ({
+      pl: JSON.stringify(e.payload ?? null),
+      hd: JSON.stringify(e.headers ?? {}),
+    }));
+    const bytes = bodies.reduce((sum, b) => sum + byteLength(b.pl) + byteLength(b.hd), 0);
+    const stage = bytes > this.appendChunkBytes ? await this.stageBodies(bodies) : '';
+    const args: (string | number)[] = [stage, events.length];
+    events.forEach((e, i) => {
       const content = canonicalJson([e.type, e.key ?? null, e.headers ?? {}, e.payload ?? null]);
       args.push(
         e.id,
         e.type,
         optArg(e.key),
-        JSON.stringify(e.payload ?? null),
-        JSON.stringify(e.headers ?? {}),
+        stage ? '' : bodies[i].pl,
+        stage ? '' : bodies[i].hd,
         e.occurredAt.getTime(),
         e.availableAt ? e.availableAt.getTime() : '',
         createHash('sha256').update(content).digest('base64'),
         e.handlers.length,
         ...e.handlers,
       );
+    });
+    let result: Row[] | Row;
+    try {
+      result = (await this.run('append', args)) as Row[] | Row;
+    } catch (error) {
+      if (stage) await this.run('appendUnstage', [stage]).catch(() => undefined);
+      throw error;
     }
-    const result = (await this.run('append', args)) as Row[] | Row;
     if (result[0] === 'DUP') throw new DuplicateEventError(String(result[1]));
+    if (result[0] === 'STAGE') {
+      throw new Error(
+        `nestjs-outbox: the staged part of a large append expired before its commit (after ${APPEND_STAGE_TTL_MS} ms); nothing was appended, append again`,
+      );
+    }
     this.appendListeners.notify();
     return (result as Row[]).map(([oa, av], i) => ({
       id: events[i].id,
@@ -146,6 +179,35 @@ export class RedisOutboxStore implements OutboxStore {
       occurredAt: new Date(Number(oa)),
       availableAt: new Date(Number(av)),
     }));
+  }
+
+  /**
+   * Sends the payloads and headers of a batch too large for one call to a stage hash, in calls of
+   * at most `appendChunkBytes` (or one event, if larger). Nothing is visible until the append
+   * script commits the batch in one step; on failure the stage hash is dropped (or expires).
+   */
+  private async stageBodies(bodies: { pl: string; hd: string }[]): Promise<string> {
+    const stage = randomUUID();
+    try {
+      let fields: string[] = [];
+      let size = 0;
+      for (let i = 0; i < bodies.length; i++) {
+        const { pl, hd } = bodies[i];
+        const more = byteLength(pl) + byteLength(hd);
+        if (fields.length > 0 && size + more > this.appendChunkBytes) {
+          await this.run('appendStage', [stage, APPEND_STAGE_TTL_MS, ...fields]);
+          fields = [];
+          size = 0;
+        }
+        fields.push(`p${i + 1}`, pl, `h${i + 1}`, hd);
+        size += more;
+      }
+      await this.run('appendStage', [stage, APPEND_STAGE_TTL_MS, ...fields]);
+    } catch (error) {
+      await this.run('appendUnstage', [stage]).catch(() => undefined);
+      throw error;
+    }
+    return stage;
   }
 
   /** An append is committed when its script returns. */
@@ -266,9 +328,9 @@ export class RedisOutboxStore implements OutboxStore {
       filter.failedBefore ? `(${filter.failedBefore.getTime()}` : '+inf',
       after?.score ?? '',
       after?.id ?? '',
-      optArg(filter.type),
-      optArg(filter.handler),
-      optArg(filter.key),
+      filterArg(filter.type),
+      filterArg(filter.handler),
+      filterArg(filter.key),
     ];
   }
 
@@ -363,8 +425,22 @@ export class RedisOutboxStore implements OutboxStore {
     }
   }
 
-  replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
-    return this.forSelection('replay', selector, [availableAt ? availableAt.getTime() : '']);
+  async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    const lead = [availableAt ? availableAt.getTime() : ''];
+    if ('ids' in selector) return this.forSelection('replay', selector, lead);
+    // Only what was dead when the replay began: a replayed delivery that fails again at once is
+    // a newer dead letter, which a later script of this loop would otherwise replay (and count)
+    // again, for as long as the handler keeps failing.
+    const started = (await this.now()).getTime();
+    const { failedBefore } = selector.filter;
+    const bound = new Date(
+      failedBefore && failedBefore.getTime() <= started ? failedBefore.getTime() : started + 1,
+    );
+    return this.forSelection(
+      'replay',
+      { filter: { ...selector.filter, failedBefore: bound } },
+      lead,
+    );
   }
 
   purge(selector: DeadLetterSelector): Promise<number> {
@@ -427,6 +503,8 @@ export class RedisOutboxStore implements OutboxStore {
  * JSON.stringify writes a lone UTF-16 surrogate (a message cut mid-pair) as a `\uXXXX` escape,
  * so every string survives the trip through UTF-8 and Lua and comes back exactly.
  */
+const byteLength = (text: string) => Buffer.byteLength(text, 'utf8');
+
 function errorArgs(error: DeliveryErrorInput): (string | number)[] {
   const attempt = Number.isFinite(error.attempt) ? Math.floor(error.attempt) : 0;
   return [

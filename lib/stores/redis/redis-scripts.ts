@@ -23,6 +23,9 @@
  *   dead             zset  dead letters, by deadAt; ties by id, which is the cursor order
  *   done             zset  fully delivered events, by completion time (retention)
  *   cnt              hash  leased count and per-type p:/l:/x: counters (zero fields removed)
+ *   stage:<batchId>  hash  p<n> payload, h<n> headers of the n-th event of an append too large for
+ *                          one call, staged in bounded calls; the append script takes them and
+ *                          deletes the hash (a TTL removes one an interrupted append left)
  *
  * Error entries in `er` are `{ j: 1, name, message, workerId, attempt, at }` where name, message
  * and workerId hold the JSON text of the string (made by JavaScript), so any string — lone UTF-16
@@ -208,10 +211,17 @@ local function scanDead(a, limit, cap)
 end
 `;
 
+/**
+ * ARGV: B, stage batch id or '', n, then per event id, type, key, payload, headers, occurredAt,
+ * availableAt, content hash, handler count, handlers. With a stage id, payload and headers are ''
+ * and come from the stage hash, so a large batch still commits in this one atomic script.
+ */
 const APPEND = `
-local n = tonumber(ARGV[2])
+local SK = nil
+if ARGV[2] ~= '' then SK = B .. 'stage:' .. ARGV[2] end
+local n = tonumber(ARGV[3])
 local evs = {}
-local i = 3
+local i = 4
 for e = 1, n do
   local ev = { id = ARGV[i], t = ARGV[i + 1], k = ARGV[i + 2], pl = ARGV[i + 3], hd = ARGV[i + 4],
     oa = ARGV[i + 5], av = ARGV[i + 6], c = ARGV[i + 7], h = {} }
@@ -220,17 +230,29 @@ for e = 1, n do
   i = i + 9 + nh
   evs[e] = ev
 end
+-- Every staged part must be there (a stage hash outlived by its TTL is not committed half).
+if SK and redis.call('HLEN', SK) ~= 2 * n then
+  redis.call('DEL', SK)
+  return { 'STAGE', ARGV[2] }
+end
 -- Check the whole batch first so a conflicting id anywhere writes nothing (SPEC §2.10).
 local seen = {}
 for _, ev in ipairs(evs) do
   local c = redis.call('HGET', ekey(ev.id), 'c') or seen[ev.id]
-  if c and c ~= ev.c then return { 'DUP', ev.id } end
+  if c and c ~= ev.c then
+    if SK then redis.call('DEL', SK) end
+    return { 'DUP', ev.id }
+  end
   seen[ev.id] = ev.c
 end
 local out = {}
-for _, ev in ipairs(evs) do
+for e, ev in ipairs(evs) do
   local ek = ekey(ev.id)
   if redis.call('EXISTS', ek) == 0 then
+    if SK then
+      ev.pl = redis.call('HGET', SK, 'p' .. e)
+      ev.hd = redis.call('HGET', SK, 'h' .. e)
+    end
     local sq = redis.call('INCR', KEYS[1])
     local av = now
     if ev.av ~= '' then av = tonumber(ev.av) end
@@ -248,7 +270,21 @@ for _, ev in ipairs(evs) do
   local s = redis.call('HMGET', ek, 'oa', 'av')
   table.insert(out, { s[1], s[2] })
 end
+if SK then redis.call('DEL', SK) end
 return out
+`;
+
+/** ARGV: B, batch id, ttl ms, then field, value pairs into the stage hash of an append. */
+const APPEND_STAGE = `
+local sk = B .. 'stage:' .. ARGV[2]
+for j = 4, #ARGV, 2 do redis.call('HSET', sk, ARGV[j], ARGV[j + 1]) end
+redis.call('PEXPIRE', sk, tonumber(ARGV[3]))
+return 1
+`;
+
+/** ARGV: B, batch id. Drops the stage hash of an append that failed before its commit. */
+const APPEND_UNSTAGE = `
+return redis.call('DEL', B .. 'stage:' .. ARGV[2])
 `;
 
 const CLAIM = `
@@ -560,6 +596,8 @@ return { items, lastS, lastId, exhausted and 1 or 0 }
 /** Script sources by name; each gets the shared prelude. */
 export const REDIS_SCRIPTS = {
   append: PRELUDE + APPEND,
+  appendStage: PRELUDE + APPEND_STAGE,
+  appendUnstage: PRELUDE + APPEND_UNSTAGE,
   claim: PRELUDE + CLAIM,
   renew: PRELUDE + RENEW,
   ack: PRELUDE + ACK_ONE + ACK,
