@@ -8,6 +8,11 @@ class WakeableStore extends MemoryOutboxStore {
   subscriptions = 0;
   claimGate: ReturnType<typeof deferred<void>> | null = null;
   claims = 0;
+  publishing = 0;
+
+  publishWakeups(): void {
+    this.publishing++;
+  }
 
   onWakeup(listener: () => void): () => Promise<void> {
     this.subscriptions++;
@@ -141,7 +146,14 @@ describe('OutboxDispatcher wake-ups', () => {
   it('wakeups: false leaves the channel alone', async () => {
     await start({ wakeups: false });
     expect(store.subscriptions).toBe(0);
+    expect(store.publishing).toBe(0);
     expect(t!.dispatcher.stats().wakeups).toBe(0);
+  });
+
+  it('a process that only appends (dispatcher off) signals but does not listen', async () => {
+    await start({ enabled: false });
+    expect(store.publishing).toBe(1);
+    expect(store.subscriptions).toBe(0);
   });
 
   it('stops listening on shutdown', async () => {

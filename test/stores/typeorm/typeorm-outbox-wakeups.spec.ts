@@ -35,9 +35,9 @@ describe('wakeupChannel', () => {
   });
 });
 
-describe('typeorm wake-ups [sqlite]: no channel', () => {
+function noChannel(dialect: 'sqlite' | 'mariadb') {
   it('publishes and listens to nothing, and installs nothing on the DataSource', async () => {
-    const ds = await openDataSource('sqlite');
+    const ds = await openDataSource(dialect);
     const h = await storeFor(ds, uniquePrefix('wks'));
     const subscribers = ds.subscribers.length;
     h.store.publishWakeups();
@@ -48,9 +48,13 @@ describe('typeorm wake-ups [sqlite]: no channel', () => {
     expect(h.store.wakeupChannel).toBeNull();
     expect(listener).not.toHaveBeenCalled();
     await stop();
+    await h.drop();
     await ds.destroy();
   });
-});
+}
+
+describe('typeorm wake-ups [sqlite]: no channel', () => noChannel('sqlite'));
+describeWithService('mariadb', 'typeorm wake-ups: no channel', () => noChannel('mariadb'));
 
 describeWithService('postgres', 'typeorm wake-ups', () => {
   let ds: DataSource;
