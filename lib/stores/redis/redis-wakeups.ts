@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { RedisClientLike } from './redis-client';
 
 /** The part of an ioredis client (`Redis` or `Cluster`) pub/sub uses. */
@@ -5,7 +6,7 @@ interface RedisPubSubClient {
   publish(channel: string, message: string): Promise<unknown>;
   subscribe(channel: string): Promise<unknown>;
   duplicate(...args: unknown[]): RedisPubSubClient;
-  on(event: 'message', listener: (channel: string) => void): unknown;
+  on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'ready', listener: () => void): unknown;
   on(event: 'error', listener: (error: unknown) => void): unknown;
   quit(): Promise<unknown>;
@@ -18,12 +19,18 @@ export function wakeupConnectionName(prefix: string): string {
 }
 
 /**
- * Redis wake-ups: `PUBLISH` (no payload) after an append's script returned, and `SUBSCRIBE` on a
+ * Redis wake-ups: `PUBLISH` after an append's script returned, and `SUBSCRIBE` on a
  * duplicate of the store's client (a subscribed connection can run nothing else). ioredis
  * reconnects the duplicate with its own retry strategy; every `ready` re-subscribes and tells the
  * listener, since signals published while it was away are gone.
  */
 export class RedisWakeups {
+  /**
+   * Sent as the message so this store's own subscriber can skip its own signals (its dispatcher
+   * heard of those appends in-process already). Not trusted for anything else.
+   */
+  private readonly origin = randomBytes(6).toString('hex');
+
   constructor(
     private readonly client: RedisClientLike,
     /** Under the store's `{prefix}` hash tag, so it maps to the outbox's slot. */
@@ -34,7 +41,7 @@ export class RedisWakeups {
   ) {}
 
   async notify(): Promise<void> {
-    await (this.client as unknown as RedisPubSubClient).publish(this.channel, '');
+    await (this.client as unknown as RedisPubSubClient).publish(this.channel, this.origin);
   }
 
   listen(listener: () => void): () => Promise<void> {
@@ -46,8 +53,8 @@ export class RedisWakeups {
     subscriber.on('error', (error) => {
       if (!closed) this.reportError(error);
     });
-    subscriber.on('message', (channel) => {
-      if (channel === this.channel && !closed) listener();
+    subscriber.on('message', (channel, message) => {
+      if (channel === this.channel && message !== this.origin && !closed) listener();
     });
     subscriber.on('ready', () => {
       subscriber.subscribe(this.channel).then(

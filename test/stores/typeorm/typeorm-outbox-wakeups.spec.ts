@@ -143,6 +143,27 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     }
   });
 
+  it('a store does not wake itself (its dispatcher heard in-process), other stores it does', async () => {
+    const otherDs = await openDataSource('postgres');
+    const other = new TypeOrmOutboxStore(otherDs, { tablePrefix: h.tables.prefix });
+    let own = 0;
+    let others = 0;
+    const stopOwn = h.store.onWakeup(() => own++);
+    const stopOther = other.onWakeup(() => others++);
+    try {
+      expect(await eventually(() => own === 1 && others === 1, 5_000)).toBe(true); // connected
+      await h.store.append([event()]);
+      expect(await eventually(() => others === 2, 2_000)).toBe(true);
+      expect(received.length).toBeGreaterThanOrEqual(1); // it was sent
+      await new Promise((r) => setTimeout(r, 100));
+      expect(own).toBe(1);
+    } finally {
+      await stopOwn();
+      await stopOther();
+      await otherDs.destroy();
+    }
+  });
+
   it('close() stops listening and leaves nothing on the DataSource', async () => {
     const other = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix });
     const before = ds.subscribers.length;

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { reconnectDelay } from '../../wakeups';
 
@@ -7,7 +7,10 @@ interface PgListenClient {
   connect(): Promise<unknown>;
   query(text: string): Promise<unknown>;
   end(): Promise<unknown>;
-  on(event: 'notification', listener: (message: { channel: string }) => void): unknown;
+  on(
+    event: 'notification',
+    listener: (message: { channel: string; payload?: string }) => void,
+  ): unknown;
   on(event: 'error' | 'end', listener: (error?: unknown) => void): unknown;
   removeAllListeners(event?: string): unknown;
 }
@@ -37,15 +40,21 @@ export function wakeupChannel(prefix: string, schema: string | null): string {
  * options — a pooled connection could be handed to a claim, or recycled by the pool.
  */
 export class PostgresWakeups {
+  /**
+   * Sent as the payload so this store's own listener can skip its own signals (its dispatcher
+   * heard of those commits in-process already). Not trusted for anything else.
+   */
+  private readonly origin = randomBytes(6).toString('hex');
+
   constructor(
     private readonly dataSource: DataSource,
     readonly channel: string,
     private readonly onError: (error: unknown) => void,
   ) {}
 
-  /** One NOTIFY, no payload: a hint, not data. */
+  /** One NOTIFY: a hint, not data (the payload only names the sending store). */
   async notify(): Promise<void> {
-    await this.dataSource.query("SELECT pg_notify($1, '')", [this.channel]);
+    await this.dataSource.query('SELECT pg_notify($1, $2)', [this.channel, this.origin]);
   }
 
   /**
@@ -80,7 +89,7 @@ export class PostgresWakeups {
       client.on('error', (error) => drop(error));
       client.on('end', () => drop());
       client.on('notification', (message) => {
-        if (message.channel === this.channel) listener();
+        if (message.channel === this.channel && message.payload !== this.origin) listener();
       });
       try {
         await client.connect();
