@@ -93,6 +93,12 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
       `expected a boolean, got ${JSON.stringify(d.enabled)}`,
     );
   }
+  if (d.wakeups !== undefined && typeof d.wakeups !== 'boolean') {
+    throw new OutboxOptionsError(
+      'dispatcher.wakeups',
+      `expected a boolean, got ${JSON.stringify(d.wakeups)}`,
+    );
+  }
   if (
     d.workerId !== undefined &&
     (typeof d.workerId !== 'string' || !/^[\w.:@-]{1,128}$/.test(d.workerId))
@@ -113,6 +119,7 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
     enabled: d.enabled ?? true,
     workerId: (d.workerId as string | undefined) ?? defaultWorkerId(),
     pollInterval: positiveInt('dispatcher.pollInterval', d.pollInterval, 500, 10),
+    wakeups: d.wakeups ?? true,
     batchSize: positiveInt('dispatcher.batchSize', d.batchSize, 100),
     concurrency: positiveInt('dispatcher.concurrency', d.concurrency, 50),
     leaseMs,

@@ -26,6 +26,8 @@ export const OutboxMessages = {
   cleanupFailed: (error: unknown) => `Retention cleanup failed: ${describe(error)}`,
   cleanupDone: (events: number, deadLetters: number) =>
     `Retention cleanup removed ${events} event(s) and ${deadLetters} dead letter(s)`,
+  wakeupFailed: (error: unknown) =>
+    `Wake-up signal or subscription failed (${describe(error)}); polling continues, reconnecting`,
   missingScheduler: () =>
     'The outbox dispatcher needs @nestjs/schedule: add ScheduleModule.forRoot() to your root module imports ' +
     '(or set dispatcher.enabled: false in processes that only append).',

@@ -38,6 +38,7 @@ describe('OutboxModule bootstrap', () => {
       'dispatcher.backoff.maxMs',
     ],
     [{ store: { type: 'memory' }, dispatcher: { workerId: 'has spaces' } }, 'dispatcher.workerId'],
+    [{ store: { type: 'memory' }, dispatcher: { wakeups: 'yes' } }, 'dispatcher.wakeups'],
     [{ store: { type: 'memory' }, limits: { payloadMaxBytes: -1 } }, 'limits.payloadMaxBytes'],
     [{ store: { type: 'memory' }, limits: { bogus: 1 } }, 'limits.bogus'],
     [{ store: { type: 'mongo' } }, 'store.type'],

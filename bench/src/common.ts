@@ -33,6 +33,9 @@ export const BULL_PREFIX = 'bench-bull';
 export const RAW_TABLE = 'bench_raw_outbox';
 export const GRAPHILE_SCHEMA = 'bench_graphile';
 export const RAW_REDIS_PREFIX = 'bench-raw';
+/** Wake-up scenario: its own tables and keys (two processes share them). */
+export const WAKE_TABLE_PREFIX = 'bench_wk_';
+export const WAKE_REDIS_PREFIX = 'bench-wake';
 export const SQLITE_FILE = join(tmpdir(), `nestjs-outbox-bench-${process.pid}.sqlite`);
 
 export type SqlKind = 'postgres' | 'mariadb' | 'sqlite' | 'sqlite-wal';
@@ -72,7 +75,7 @@ export async function openDataSource(kind: SqlKind): Promise<DataSource> {
  * bootstrap). Listed from the catalog rather than named here, so tables a newer schema adds (for
  * example `<prefix>dead_letters`) go too; nothing outside the prefix is touched.
  */
-export async function dropOutboxTables(ds: DataSource): Promise<void> {
+export async function dropOutboxTables(ds: DataSource, prefix = TABLE_PREFIX): Promise<void> {
   const type = ds.options.type;
   const listed: Array<{ name: string }> =
     type === 'postgres'
@@ -84,7 +87,7 @@ export async function dropOutboxTables(ds: DataSource): Promise<void> {
             `SELECT table_name AS name FROM information_schema.tables WHERE table_schema = database()`,
           )
         : await ds.query(`SELECT name FROM sqlite_master WHERE type = 'table'`);
-  const tables = listed.map((r) => String(r.name)).filter((n) => n.startsWith(TABLE_PREFIX));
+  const tables = listed.map((r) => String(r.name)).filter((n) => n.startsWith(prefix));
   if (tables.length === 0) return;
   if (type === 'postgres') {
     await ds.query(`DROP TABLE IF EXISTS ${tables.join(', ')} CASCADE`);

@@ -43,7 +43,8 @@ class BenchAppModule {
 }
 
 export type OurStore =
-  { kind: 'typeorm'; dataSource: DataSource } | { kind: 'redis'; prefix?: string };
+  | { kind: 'typeorm'; dataSource: DataSource; tablePrefix?: string }
+  | { kind: 'redis'; prefix?: string };
 
 export interface OurApp {
   app: INestApplicationContext;
@@ -61,7 +62,7 @@ export async function createOurApp(
       ? {
           type: 'typeorm',
           dataSource: store.dataSource,
-          tablePrefix: TABLE_PREFIX,
+          tablePrefix: store.tablePrefix ?? TABLE_PREFIX,
           ensureSchema: true,
         }
       : { type: 'redis', url: REDIS_URL, prefix: store.prefix ?? OUR_REDIS_PREFIX };

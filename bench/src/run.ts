@@ -3,7 +3,7 @@
  * (round 1: a b c …, round 2: b c … a, …), then prints medians and paired ratios (each ratio is
  * taken within one round, where both runs saw the same machine load, then the median of those).
  *
- *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3] [dispatch]
+ *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3] [dispatch] [wake] [wakecost]
  *   BENCH_ROUNDS=3 (default); BENCH_S2_VARIANTS=ours-sqlite,pgboss (etc.) picks variants
  */
 import { spawnSync } from 'node:child_process';
@@ -129,6 +129,44 @@ const SCENARIOS: Scenario[] = [
     metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
     // Filling 1 000 000 history rows and draining at default settings take minutes under load.
     timeoutMs: 900_000,
+  },
+  {
+    id: 'wake',
+    file: 'wakeups.ts',
+    title: `Wake-ups — cross-process latency committed append → handler start: producer process (no handler for the type) at ${envInt('BENCH_WAKE_RATE', 50)} events/s for ${envInt('BENCH_WAKE_SECONDS', 10)} s, then a burst of ${envInt('BENCH_WAKE_BURST', 1_000)} from 8 appenders; worker process at default settings (ms)`,
+    variants: ['latency-pg-on', 'latency-pg-off', 'latency-redis-on', 'latency-redis-off'],
+    pairs: [
+      ['latency-pg-on', 'latency-pg-off'],
+      ['latency-redis-on', 'latency-redis-off'],
+    ],
+    metrics: [
+      { key: 'p50', label: 'p50 ms', higherIsBetter: false },
+      { key: 'p99', label: 'p99 ms', higherIsBetter: false },
+      { key: 'burstP50', label: 'burst p50 ms', higherIsBetter: false },
+      { key: 'burstP99', label: 'burst p99 ms', higherIsBetter: false },
+    ],
+  },
+  {
+    id: 'wakecost',
+    file: 'wakeups.ts',
+    title: `Wake-ups — producer throughput, ${envInt('BENCH_WAKE_APPEND_N', 5_000)} appends of one event each (own transaction), 1 and 8 clients, wake-ups on vs off (events/s)`,
+    variants: [
+      'append-pg-on-1',
+      'append-pg-off-1',
+      'append-pg-on-8',
+      'append-pg-off-8',
+      'append-redis-on-1',
+      'append-redis-off-1',
+      'append-redis-on-8',
+      'append-redis-off-8',
+    ],
+    pairs: [
+      ['append-pg-on-1', 'append-pg-off-1', 0.9],
+      ['append-pg-on-8', 'append-pg-off-8', 0.9],
+      ['append-redis-on-1', 'append-redis-off-1', 0.9],
+      ['append-redis-on-8', 'append-redis-off-8', 0.9],
+    ],
+    metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
   },
 ];
 

@@ -12,6 +12,13 @@ export interface OutboxDispatcherStats {
   deadLettered: number;
   leaseLost: number;
   storeErrors: number;
+  /**
+   * Wake-ups received from other processes (and from the wake-up subscription reconnecting),
+   * see the README's "Wake-ups".
+   */
+  wakeups: number;
+  /** Claims started to serve a wake-up, local or from another process: a burst costs one. */
+  wakeupClaims: number;
   lastPollAt: Date | null;
   lastStoreError: string | null;
 }

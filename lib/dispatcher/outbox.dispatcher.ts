@@ -96,6 +96,14 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private timeoutTimer: NodeJS.Timeout | null = null;
   private timeoutAt = Infinity;
   private unwatchAppends: (() => void) | null = null;
+  private unwatchWakeups: (() => Promise<void>) | null = null;
+  /**
+   * A wake-up (a commit here or elsewhere) not yet served by a claim started after it. While a
+   * claim is in flight or no slot is free it waits here, so a burst of wake-ups costs one claim
+   * round when capacity frees, never a queue of polls.
+   */
+  private wakePending = false;
+  private wakeScheduled = false;
   private cleanupTimer: NodeJS.Timeout | null = null;
   private cleaning: Promise<void> | null = null;
   private readonly polls = new Set<Promise<void>>();
@@ -119,6 +127,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     deadLettered: 0,
     leaseLost: 0,
     storeErrors: 0,
+    wakeups: 0,
+    wakeupClaims: 0,
     lastPollAt: null as Date | null,
     lastStoreError: null as string | null,
   };
@@ -169,8 +179,12 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         new Set(handlers.flatMap((h) => h.types)).size,
       ),
     );
-    // Events committed by this process are claimed at once, not on the next tick.
-    this.unwatchAppends = this.store.onAppended?.(() => setImmediate(() => this.poll())) ?? null;
+    // Events committed by this process are claimed at once, not on the next tick; those of
+    // other processes as soon as their signal arrives (README "Wake-ups").
+    this.unwatchAppends = this.store.onAppended?.(() => this.wake(false)) ?? null;
+    if (this.config.wakeups) {
+      this.unwatchWakeups = this.store.onWakeup?.(() => this.wake(true)) ?? null;
+    }
     this.pollTimer = setInterval(() => this.poll(), this.config.pollInterval);
     this.scheduler.addInterval(OUTBOX_DISPATCHER_INTERVAL, this.pollTimer);
     const { cleanupIntervalMs } = this.options.retention;
@@ -191,6 +205,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     this.state = 'stopping';
     this.unwatchAppends?.();
     this.unwatchAppends = null;
+    const unwatched = this.unwatchWakeups?.().catch(() => undefined);
+    this.unwatchWakeups = null;
+    this.wakePending = false;
     for (const [name, timer] of [
       [OUTBOX_DISPATCHER_INTERVAL, this.pollTimer],
       [OUTBOX_CLEANUP_INTERVAL, this.cleanupTimer],
@@ -223,6 +240,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     // A running retention batch finishes before the store's connections close.
     if (this.cleaning)
       await settleWithin(this.cleaning, Math.max(deadline, performance.now() + 1_000));
+    if (unwatched) await settleWithin(unwatched, Math.max(deadline, performance.now() + 1_000));
     this.keeper.stop();
     this.clearTimeoutTimer();
     this.state = 'idle';
@@ -331,6 +349,28 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   }
 
   /**
+   * A hint that there may be new work: served on the next turn by a claim, unless a claim is in
+   * flight (it may have read before the commit, so the hint is served when it returns) or no
+   * slot is free (served when one frees). `remote`: a signal from another process (or the
+   * subscription reconnecting), counted in `stats().wakeups`.
+   */
+  private wake(remote: boolean): void {
+    if (remote) this.counters.wakeups++;
+    if (this.state !== 'running') return;
+    this.wakePending = true;
+    if (this.wakeScheduled) return;
+    this.wakeScheduled = true;
+    setImmediate(() => {
+      this.wakeScheduled = false;
+      this.serveWake();
+    });
+  }
+
+  private serveWake(): void {
+    if (this.wakePending && this.polls.size === 0) this.poll();
+  }
+
+  /**
    * Starts a claim for the free handler slots and one batch ahead. Up to two claims may be in
    * flight, so slots that free up while one claim waits on the store are refilled without waiting
    * for it; slots are reserved while a claim runs, so the dispatcher never runs more than
@@ -349,6 +389,11 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     // A second claim only for a worthwhile share of the slots, not one at a time.
     if (limit <= 0 || (this.polls.size > 0 && limit < Math.ceil(this.config.batchSize / 2))) return;
     this.reserved += limit;
+    // This claim reads after every wake-up so far: it serves them.
+    if (this.wakePending) {
+      this.wakePending = false;
+      this.counters.wakeupClaims++;
+    }
     const poll: Promise<void> = this.claimOnce(limit)
       .then((claimed) => {
         // A full batch means more is waiting: claim again at once, not on the next tick.
@@ -357,6 +402,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       .finally(() => {
         this.reserved -= limit;
         this.polls.delete(poll);
+        if (this.wakePending) setImmediate(() => this.serveWake());
       });
     this.polls.add(poll);
   }
@@ -471,6 +517,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         this.startWaiting();
         // Work was left behind when the last claim came back full: fetch it now, not next tick.
         if (this.morePending) setImmediate(() => this.poll());
+        else if (this.wakePending) this.serveWake();
       });
   }
 

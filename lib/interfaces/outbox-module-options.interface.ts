@@ -37,8 +37,21 @@ export interface OutboxDispatcherOptions {
   enabled?: boolean;
   /** Stable unique worker id. @default `${hostname}-${pid}-${random}` */
   workerId?: string;
-  /** Milliseconds between polls when idle. @default 500 */
+  /**
+   * Milliseconds between polls when idle. With wake-ups (PostgreSQL, Redis) the poll only picks
+   * up retries and scheduled events that came due and signals that were lost; on MySQL/MariaDB
+   * it is how a worker learns of other processes' appends. @default 500
+   */
   pollInterval?: number;
+  /**
+   * Wake-ups across processes (README "Wake-ups"): after appends commit, this process signals
+   * other processes (PostgreSQL `NOTIFY`, Redis `PUBLISH`; at most one per 5 ms, outside the
+   * producer's transaction), and its dispatcher listens on one dedicated connection and claims
+   * as soon as a signal arrives. Costs one extra connection per dispatcher and one short
+   * statement per 5 ms of appends. Ignored by stores without a channel (MySQL/MariaDB, SQLite,
+   * memory), which rely on `pollInterval` and this process's own commits. @default true
+   */
+  wakeups?: boolean;
   /**
    * Maximum deliveries claimed per poll; one batch is also claimed ahead of free slots, so a
    * slot that frees starts its next delivery without a round trip. @default 100

@@ -205,6 +205,18 @@ export interface OutboxStore {
    * process polls at once instead of waiting for its next tick. Returns an unsubscribe function.
    */
   onAppended?(listener: () => void): () => void;
+  /**
+   * Optional: from now on, signal other processes after appends through this store commit
+   * (outside the producer's transaction, coalesced to a few signals per second at most). Stores
+   * without a channel between processes leave it out. See the README's "Wake-ups".
+   */
+  publishWakeups?(): void | Promise<void>;
+  /**
+   * Optional: calls `listener` when another process signals committed appends, and after the
+   * subscription (re)connects (signals sent while it was down are lost, so the caller polls).
+   * Keeps one dedicated connection and reconnects with backoff. Returns an unsubscribe function.
+   */
+  onWakeup?(listener: () => void): () => Promise<void>;
   /** Prepare storage if the store does that itself (no-op otherwise). */
   init?(): Promise<void>;
   /** Close what the store opened itself. */

@@ -116,6 +116,25 @@ export class DeferredOutboxStore implements OutboxStore {
     };
   }
 
+  async publishWakeups(): Promise<void> {
+    await (await this.open()).publishWakeups?.();
+  }
+
+  onWakeup(listener: () => void): () => Promise<void> {
+    let unsubscribe: (() => Promise<void>) | undefined;
+    let active = true;
+    const opened = this.open()
+      .then((store) => {
+        if (active) unsubscribe = store.onWakeup?.(listener);
+      })
+      .catch(() => undefined);
+    return async () => {
+      active = false;
+      await opened;
+      await unsubscribe?.();
+    };
+  }
+
   async close(): Promise<void> {
     if (!this.opening) return;
     const store = await this.opening.catch(() => null);

@@ -35,6 +35,8 @@ import {
 } from '../store-helpers';
 import { clientKeyPrefix, RedisClientLike, runScript } from './redis-client';
 import { RedisScriptName } from './redis-scripts';
+import { CoalescedSignal } from '../wakeups';
+import { RedisWakeups, wakeupConnectionName } from './redis-wakeups';
 
 export interface RedisOutboxStoreOptions {
   /** ioredis client (or Cluster). */
@@ -57,6 +59,8 @@ export interface RedisOutboxStoreOptions {
    * about this size and committed by one script, all or nothing. @default 8 MiB
    */
   appendChunkBytes?: number;
+  /** Called when a wake-up PUBLISH or the subscriber connection fails (logged by the module). */
+  onWakeupError?: (error: unknown) => void;
 }
 
 type Row = (string | number | null)[];
@@ -97,6 +101,9 @@ export class RedisOutboxStore implements OutboxStore {
   private readonly scanLimit: number;
   private readonly summaryLimit: number;
   private readonly appendChunkBytes: number;
+  private readonly wakeups: RedisWakeups;
+  private wakeupSignal: { signal: CoalescedSignal; unwatch: () => void } | null = null;
+  private readonly wakeupListeners = new Set<() => Promise<void>>();
 
   constructor(options: RedisOutboxStoreOptions) {
     const prefix = options.prefix ?? 'outbox';
@@ -114,6 +121,12 @@ export class RedisOutboxStore implements OutboxStore {
     this.scanLimit = options.deadLetterScanLimit ?? 5000;
     this.summaryLimit = options.summaryScanLimit ?? 100_000;
     this.appendChunkBytes = options.appendChunkBytes ?? 8 * 1024 * 1024;
+    this.wakeups = new RedisWakeups(
+      this.client,
+      `${this.base}wake`,
+      wakeupConnectionName(prefix),
+      (error) => options.onWakeupError?.(error),
+    );
   }
 
   private run(name: RedisScriptName, args: (string | number)[]): Promise<unknown> {
@@ -213,6 +226,39 @@ export class RedisOutboxStore implements OutboxStore {
   /** An append is committed when its script returns. */
   onAppended(listener: () => void): () => void {
     return this.appendListeners.add(listener);
+  }
+
+  /** After each append, PUBLISH a wake-up (coalesced) for workers in other processes. */
+  publishWakeups(): void {
+    if (this.wakeupSignal) return;
+    const signal = new CoalescedSignal(
+      () => this.wakeups.notify(),
+      (error) => this.wakeups.reportError(error),
+    );
+    this.wakeupSignal = { signal, unwatch: this.onAppended(() => signal.signal()) };
+  }
+
+  /** Subscribes on a duplicate connection of the client (see `RedisWakeups`). */
+  onWakeup(listener: () => void): () => Promise<void> {
+    const stop = this.wakeups.listen(listener);
+    this.wakeupListeners.add(stop);
+    return () => {
+      this.wakeupListeners.delete(stop);
+      return stop();
+    };
+  }
+
+  /** The pub/sub channel wake-ups use. */
+  get wakeupChannel(): string {
+    return this.wakeups.channel;
+  }
+
+  private async stopWakeups(): Promise<void> {
+    this.wakeupSignal?.signal.close();
+    this.wakeupSignal?.unwatch();
+    this.wakeupSignal = null;
+    await Promise.all([...this.wakeupListeners].map((stop) => stop()));
+    this.wakeupListeners.clear();
   }
 
   async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {
@@ -489,6 +535,7 @@ export class RedisOutboxStore implements OutboxStore {
   }
 
   async close(): Promise<void> {
+    await this.stopWakeups();
     if (!this.ownsClient) return;
     try {
       await this.client.quit();

@@ -1,5 +1,6 @@
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import { OutboxStore } from '../../interfaces/outbox-store.interface';
+import { OutboxMessages } from '../../outbox.messages';
 import type { StoreFactoryContext } from '../store.factory';
 import { isRedisClientLike, loadIoredis } from './redis-client';
 import { RedisOutboxStore } from './redis-outbox.store';
@@ -11,8 +12,9 @@ import { RedisStoreOptions } from './redis-store.options';
  */
 export async function createRedisOutboxStore(
   options: RedisStoreOptions,
-  _ctx: StoreFactoryContext,
+  ctx: StoreFactoryContext,
 ): Promise<OutboxStore> {
+  const onWakeupError = (error: unknown) => ctx.logger.warn(OutboxMessages.wakeupFailed(error));
   if (options.client !== undefined) {
     if (!isRedisClientLike(options.client)) {
       throw new OutboxOptionsError(
@@ -20,7 +22,7 @@ export async function createRedisOutboxStore(
         'must be an ioredis client (new Redis(...) or new Cluster(...)); pass `url` to let the library create one',
       );
     }
-    return new RedisOutboxStore({ client: options.client, prefix: options.prefix });
+    return new RedisOutboxStore({ client: options.client, prefix: options.prefix, onWakeupError });
   }
   if (!options.url) {
     throw new OutboxOptionsError(
@@ -30,5 +32,10 @@ export async function createRedisOutboxStore(
   }
   const Redis = loadIoredis("The 'redis' outbox store");
   const client = new Redis(options.url, { ...options.redisOptions });
-  return new RedisOutboxStore({ client, prefix: options.prefix, ownsClient: true });
+  return new RedisOutboxStore({
+    client,
+    prefix: options.prefix,
+    ownsClient: true,
+    onWakeupError,
+  });
 }

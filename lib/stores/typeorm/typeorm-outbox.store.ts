@@ -34,7 +34,9 @@ import {
   errorFingerprint,
   sameEventContent,
 } from '../store-helpers';
+import { CoalescedSignal } from '../wakeups';
 import { createDialect } from './dialects';
+import { PostgresWakeups, wakeupChannel } from './dialects/postgres-wakeups';
 import {
   AppendRow,
   ClaimCandidates,
@@ -59,6 +61,8 @@ export interface TypeOrmOutboxStoreOptions extends OutboxTableOptions {
    * (PgBouncer in transaction mode before 1.21). @default true
    */
   preparedStatements?: boolean;
+  /** Called when a wake-up NOTIFY or the LISTEN connection fails (logged by the module). */
+  onWakeupError?: (error: unknown) => void;
 }
 
 /** Unexpanded deliveries turned into per-handler ones per claim, at most. */
@@ -96,6 +100,11 @@ export class TypeOrmOutboxStore implements OutboxStore {
   /** Caller transactions holding appends, and whether those include placeholders. */
   private readonly awaitingCommit = new WeakMap<QueryRunner, boolean>();
   private commitHook: object | null = null;
+  /** PostgreSQL only: NOTIFY / LISTEN between processes (README "Wake-ups"). */
+  private readonly wakeups: PostgresWakeups | null;
+  /** Set by `publishWakeups`: signals other processes after appends commit. */
+  private wakeupSignal: CoalescedSignal | null = null;
+  private readonly wakeupListeners = new Set<() => Promise<void>>();
 
   private readonly dialect: SqlDialect;
   private readonly errorMaxLength: number;
@@ -107,6 +116,14 @@ export class TypeOrmOutboxStore implements OutboxStore {
   ) {
     this.dialect = createDialect(dataSource, options);
     this.errorMaxLength = options.errorMaxLength ?? 4096;
+    this.wakeups =
+      this.dialect.name === 'postgres'
+        ? new PostgresWakeups(
+            dataSource,
+            wakeupChannel(this.dialect.tables.prefix, this.dialect.tables.schema),
+            (error) => this.options.onWakeupError?.(error),
+          )
+        : null;
   }
 
   /** Which SQL dialect the DataSource selected. */
@@ -208,11 +225,61 @@ export class TypeOrmOutboxStore implements OutboxStore {
     return stored;
   }
 
-  /** Appends are committed: wake listeners, and look for new placeholders on the next claim. */
+  /**
+   * Appends are committed: wake listeners and other processes, and look for new placeholders on
+   * the next claim.
+   */
   private appended(placeholders: boolean): void {
     // A claim that ran while they were uncommitted may have started a quiet period.
     if (placeholders) this.expandQuietUntil = 0;
     this.appendListeners.notify();
+    this.wakeupSignal?.signal();
+  }
+
+  /**
+   * PostgreSQL: after appends commit, NOTIFY other processes (coalesced, outside the producer's
+   * transaction; a rollback sends nothing). MySQL/MariaDB and SQLite have no such channel.
+   */
+  publishWakeups(): void {
+    const wakeups = this.wakeups;
+    if (!wakeups || this.wakeupSignal) return;
+    this.wakeupSignal = new CoalescedSignal(
+      () => wakeups.notify(),
+      (error) => this.options.onWakeupError?.(error),
+    );
+    this.installCommitHook();
+  }
+
+  /**
+   * PostgreSQL: listens for other processes' commits on one dedicated connection. A wake-up also
+   * ends the quiet period of the placeholder probe, so events of types the producer has no
+   * handler for are expanded by the next claim. Other dialects: never calls `listener`.
+   */
+  onWakeup(listener: () => void): () => Promise<void> {
+    if (!this.wakeups) return () => Promise.resolve();
+    const stop = this.wakeups.listen(() => {
+      this.expandQuietUntil = 0;
+      listener();
+    });
+    this.wakeupListeners.add(stop);
+    return () => {
+      this.wakeupListeners.delete(stop);
+      return stop();
+    };
+  }
+
+  /** The NOTIFY channel of this outbox (PostgreSQL), `null` elsewhere. */
+  get wakeupChannel(): string | null {
+    return this.wakeups?.channel ?? null;
+  }
+
+  /** Stops signalling and listening, and leaves nothing behind on the DataSource. */
+  async close(): Promise<void> {
+    this.wakeupSignal?.close();
+    this.wakeupSignal = null;
+    await Promise.all([...this.wakeupListeners].map((stop) => stop()));
+    this.wakeupListeners.clear();
+    if (this.appendListeners.size === 0) this.removeCommitHook();
   }
 
   /**
@@ -220,6 +287,14 @@ export class TypeOrmOutboxStore implements OutboxStore {
    * and through a TypeORM subscriber (`afterTransactionCommit`) for the caller's.
    */
   onAppended(listener: () => void): () => void {
+    this.installCommitHook();
+    // The DataSource may outlive this store (tests, several apps): leave nothing behind on it.
+    return this.appendListeners.add(listener, () => {
+      if (!this.wakeupSignal) this.removeCommitHook();
+    });
+  }
+
+  private installCommitHook(): void {
     if (!this.commitHook) {
       this.commitHook = {
         afterTransactionCommit: (event: { queryRunner?: QueryRunner }) => {
@@ -238,14 +313,14 @@ export class TypeOrmOutboxStore implements OutboxStore {
       };
       this.dataSource.subscribers.push(this.commitHook as never);
     }
-    // The DataSource may outlive this store (tests, several apps): leave nothing behind on it.
-    return this.appendListeners.add(listener, () => {
-      const index = this.commitHook
-        ? this.dataSource.subscribers.indexOf(this.commitHook as never)
-        : -1;
-      if (index >= 0) this.dataSource.subscribers.splice(index, 1);
-      this.commitHook = null;
-    });
+  }
+
+  private removeCommitHook(): void {
+    const index = this.commitHook
+      ? this.dataSource.subscribers.indexOf(this.commitHook as never)
+      : -1;
+    if (index >= 0) this.dataSource.subscribers.splice(index, 1);
+    this.commitHook = null;
   }
 
   /** The open transaction a caller's EntityManager or QueryRunner belongs to, or a clear refusal. */

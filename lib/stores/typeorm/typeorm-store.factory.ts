@@ -1,6 +1,7 @@
 import { MissingDependencyError } from '../../errors/missing-dependency.error';
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import { OutboxStore } from '../../interfaces/outbox-store.interface';
+import { OutboxMessages } from '../../outbox.messages';
 import type { StoreFactoryContext } from '../store.factory';
 import { TypeOrmStoreOptions } from './typeorm-store.options';
 
@@ -32,6 +33,7 @@ export async function createTypeOrmOutboxStore(
     ensureSchema: options.ensureSchema ?? process.env.NODE_ENV !== 'production',
     preparedStatements: options.preparedStatements,
     errorMaxLength: ctx.options.limits?.errorMaxLength,
+    onWakeupError: (error) => ctx.logger.warn(OutboxMessages.wakeupFailed(error)),
   });
   await store.init();
   return store;

@@ -1,0 +1,51 @@
+import { randomUUID } from 'node:crypto';
+import { AppendableEvent } from 'nestjs-outbox';
+import { RedisOutboxStore } from '../../../lib/stores/redis/redis-outbox.store';
+import { describeWithService } from '../../support/services';
+import { eventually } from '../../dispatcher/wake-test-helpers';
+import { connect, dropPrefix, uniquePrefix } from './redis-test-support';
+
+const event = (): AppendableEvent => ({
+  id: randomUUID(),
+  type: 't.wk',
+  payload: {},
+  key: null,
+  headers: {},
+  occurredAt: new Date(),
+  availableAt: null,
+  handlers: ['H'],
+});
+
+describeWithService('redis', 'redis store wake-ups', () => {
+  const prefix = uniquePrefix('wk');
+  const clients = [connect(), connect()];
+  const [a, b] = clients.map((client) => new RedisOutboxStore({ client, prefix }));
+  afterAll(async () => {
+    await Promise.all([a.close(), b.close()]);
+    await dropPrefix(clients[0], prefix);
+    for (const c of clients) c.disconnect();
+  });
+
+  it('publishes under the hash tag; other stores wake, the appending store does not wake itself', async () => {
+    expect(a.wakeupChannel).toBe(`{${prefix}}:wake`);
+    a.publishWakeups();
+    let own = 0;
+    let other = 0;
+    a.onWakeup(() => own++);
+    b.onWakeup(() => other++);
+    expect(await eventually(() => own === 1 && other === 1, 5_000)).toBe(true); // subscribed
+    await a.append([event()]);
+    expect(await eventually(() => other === 2, 2_000)).toBe(true);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(own).toBe(1);
+  });
+
+  it('without publishWakeups an append sends nothing', async () => {
+    let heard = 0;
+    a.onWakeup(() => heard++);
+    expect(await eventually(() => heard === 1, 5_000)).toBe(true);
+    await b.append([event()]);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(heard).toBe(1);
+  });
+});

@@ -1,0 +1,189 @@
+import { randomUUID } from 'node:crypto';
+import { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { AppendableEvent } from 'nestjs-outbox';
+import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import {
+  WAKEUP_APPLICATION_NAME,
+  wakeupChannel,
+} from '../../../lib/stores/typeorm/dialects/postgres-wakeups';
+import { describeWithService } from '../../support/services';
+import { eventually } from '../../dispatcher/wake-test-helpers';
+import { dataSourceOptions, openDataSource, storeFor, uniquePrefix } from './typeorm-test-helpers';
+
+const event = (handlers: string[] = ['H']): AppendableEvent => ({
+  id: randomUUID(),
+  type: 't.wk',
+  payload: {},
+  key: null,
+  headers: {},
+  occurredAt: new Date(),
+  availableAt: null,
+  handlers,
+});
+
+describe('wakeupChannel', () => {
+  it('is a lowercase identifier of at most 63 characters, distinct per schema and prefix', () => {
+    const longest = wakeupChannel('p'.repeat(40), 's'.repeat(63));
+    expect(longest.length).toBeLessThanOrEqual(63);
+    for (const name of [longest, wakeupChannel('outbox_', null), wakeupChannel('Ab_', 'Sch')]) {
+      expect(name).toMatch(/^[a-z_][a-z0-9_]*$/);
+    }
+    // Same readable part, different outboxes.
+    expect(wakeupChannel('b_c_', 'a')).not.toBe(wakeupChannel('c_', 'a_b'));
+    expect(wakeupChannel('outbox_', null)).not.toBe(wakeupChannel('outbox_', 'public'));
+  });
+});
+
+function noChannel(dialect: 'sqlite' | 'mariadb') {
+  it('publishes and listens to nothing, and installs nothing on the DataSource', async () => {
+    const ds = await openDataSource(dialect);
+    const h = await storeFor(ds, uniquePrefix('wks'));
+    const subscribers = ds.subscribers.length;
+    h.store.publishWakeups();
+    const listener = jest.fn();
+    const stop = h.store.onWakeup(listener);
+    await h.store.append([event()]);
+    expect(ds.subscribers.length).toBe(subscribers);
+    expect(h.store.wakeupChannel).toBeNull();
+    expect(listener).not.toHaveBeenCalled();
+    await stop();
+    await h.drop();
+    await ds.destroy();
+  });
+}
+
+describe('typeorm wake-ups [sqlite]: no channel', () => noChannel('sqlite'));
+describeWithService('mariadb', 'typeorm wake-ups: no channel', () => noChannel('mariadb'));
+
+describeWithService('postgres', 'typeorm wake-ups', () => {
+  let ds: DataSource;
+  let h: Awaited<ReturnType<typeof storeFor>>;
+  let spy: Client;
+  const received: number[] = [];
+
+  beforeAll(async () => {
+    ds = await openDataSource('postgres');
+    h = await storeFor(ds, uniquePrefix('wkp'));
+    const o = dataSourceOptions('postgres') as { host: string; port: number; database: string };
+    spy = new Client({ host: o.host, port: o.port, user: 'postgres', database: o.database });
+    await spy.connect();
+    spy.on('notification', (m) => {
+      if (m.channel === h.store.wakeupChannel) received.push(Date.now());
+    });
+    await spy.query(`LISTEN "${h.store.wakeupChannel}"`);
+    h.store.publishWakeups();
+  });
+  afterAll(async () => {
+    await spy.end();
+    await h.store.close();
+    await h.drop();
+    await ds.destroy();
+  });
+  beforeEach(() => (received.length = 0));
+
+  it('signals once its own transaction committed', async () => {
+    await h.store.append([event()]);
+    expect(await eventually(() => received.length === 1, 2_000)).toBe(true);
+  });
+
+  it('signals for the caller’s transaction when it commits, not before; a rollback signals nothing', async () => {
+    await ds.transaction(async (manager) => {
+      await h.store.append([event()], { manager });
+      await new Promise((r) => setTimeout(r, 100));
+      expect(received).toHaveLength(0);
+    });
+    expect(await eventually(() => received.length === 1, 2_000)).toBe(true);
+    received.length = 0;
+    await ds
+      .transaction(async (manager) => {
+        await h.store.append([event()], { manager });
+        throw new Error('roll back');
+      })
+      .catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(received).toHaveLength(0);
+  });
+
+  it('coalesces: 200 appends from 8 clients send far fewer signals', async () => {
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        while (next++ < 200) await h.store.append([event()]);
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 100));
+    expect(received.length).toBeGreaterThanOrEqual(1);
+    expect(received.length).toBeLessThan(200 / 2);
+  });
+
+  it('a wake-up makes the next claim look for placeholders at once (no quiet period)', async () => {
+    await h.empty();
+    // The worker is another store on its own DataSource, as in another process.
+    const workerDs = await openDataSource('postgres');
+    const worker = new TypeOrmOutboxStore(workerDs, { tablePrefix: h.tables.prefix });
+    const request = {
+      workerId: 'w',
+      handlers: [{ name: 'H', types: ['t.wk'] }],
+      limit: 10,
+      leaseMs: 30_000,
+    };
+    let wakes = 0;
+    const stop = worker.onWakeup(() => wakes++);
+    try {
+      expect(await eventually(() => wakes === 1, 5_000)).toBe(true); // connected
+      expect(await worker.claim(request)).toHaveLength(0); // an empty probe: quiet period
+      const [appended] = await h.store.append([event([])]); // no local handler: a placeholder
+      expect(await eventually(() => wakes === 2, 2_000)).toBe(true);
+      const claimed = await worker.claim(request);
+      expect(claimed.map((c) => c.event.id)).toEqual([appended.id]);
+    } finally {
+      await stop();
+      await workerDs.destroy();
+    }
+  });
+
+  it('a store does not wake itself (its dispatcher heard in-process), other stores it does', async () => {
+    const otherDs = await openDataSource('postgres');
+    const other = new TypeOrmOutboxStore(otherDs, { tablePrefix: h.tables.prefix });
+    let own = 0;
+    let others = 0;
+    const stopOwn = h.store.onWakeup(() => own++);
+    const stopOther = other.onWakeup(() => others++);
+    try {
+      expect(await eventually(() => own === 1 && others === 1, 5_000)).toBe(true); // connected
+      await h.store.append([event()]);
+      expect(await eventually(() => others === 2, 2_000)).toBe(true);
+      expect(received.length).toBeGreaterThanOrEqual(1); // it was sent
+      await new Promise((r) => setTimeout(r, 100));
+      expect(own).toBe(1);
+    } finally {
+      await stopOwn();
+      await stopOther();
+      await otherDs.destroy();
+    }
+  });
+
+  it('close() stops listening and leaves nothing on the DataSource', async () => {
+    const other = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix });
+    const before = ds.subscribers.length;
+    other.publishWakeups();
+    let wakes = 0;
+    other.onWakeup(() => wakes++);
+    expect(await eventually(() => wakes === 1, 5_000)).toBe(true);
+    const listening = async () =>
+      Number(
+        (
+          await ds.query(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND query = $2`,
+            [WAKEUP_APPLICATION_NAME, `LISTEN "${other.wakeupChannel}"`],
+          )
+        )[0].n,
+      );
+    expect(await listening()).toBe(1);
+    expect(ds.subscribers.length).toBe(before + 1);
+    await other.close();
+    expect(ds.subscribers.length).toBe(before);
+    expect(await eventually(async () => (await listening()) === 0, 2_000)).toBe(true);
+  });
+});
