@@ -149,8 +149,9 @@ export interface OutboxStoreStats {
 
 export interface CleanupOptions {
   /**
-   * Delete events whose deliveries are all done (delivered, or dead letters since removed) and
-   * that became due longer ago than this.
+   * Delete events whose deliveries are all done (delivered, or dead letters since removed), this
+   * long after they became due (SQL stores, which keep no per-delivery completion time) or after
+   * their last delivery (memory, Redis).
    */
   deliveredRetentionMs: number;
   /** Delete dead letters older than this; `null` keeps them. */
