@@ -228,7 +228,7 @@ export function describeOutboxStoreContract(
         const b = claimed.find((c) => c.handler === 'B.handle')!;
         await store.ack(a.lease);
         await store.retry(b.lease, 0, err(1));
-        const again = await claim([A, B]);
+        const again = await claim([A, B], 100, 'w1', 60_000);
         expect(again.map((c) => c.handler)).toEqual(['B.handle']);
         expect(again[0].attempt).toBe(2);
       });
@@ -864,7 +864,7 @@ export function describeOutboxStoreContract(
         for (let i = 0; i < 30; i++) {
           const e = event({ payload: { i }, handlers: ['A.handle'] });
           await store.append([e]);
-          const [c] = await claim([A]);
+          const [c] = await claim([A], 100, 'w1', 60_000);
           await store.deadLetter(c.lease, 'rejected', err(1));
           await advance(5);
           const [replayed] = await Promise.all([
@@ -879,7 +879,7 @@ export function describeOutboxStoreContract(
               deadLetterRetentionMs: 0,
               batchSize: 100,
             });
-            const again = await claim([A]);
+            const again = await claim([A], 100, 'w1', 60_000);
             expect(again.map((x) => [x.id, x.event.id, x.event.payload])).toEqual([
               [c.id, e.id, { i }],
             ]);
@@ -903,7 +903,8 @@ export function describeOutboxStoreContract(
           event({ type: 't.two', payload: { i }, handlers: ['A.handle'] }),
         );
         await store.append([...delivered, ...deadOnes]);
-        const claimed = await claim([A], 100);
+        // A lease that outlives 30 sequential outcomes on a loaded server.
+        const claimed = await claim([A], 100, 'w1', 60_000);
         expect(claimed).toHaveLength(30);
         for (const c of claimed) {
           if (c.event.type === 't.two') await store.deadLetter(c.lease, 'rejected', err(1));
@@ -960,7 +961,7 @@ export function describeOutboxStoreContract(
         expect((await store.getDeadLetter(of(dead, B).id))?.payload).toEqual({ n: 'dead' });
         await store.ack(leased.lease);
         expect(await store.replay({ ids: [of(dead, B).id] })).toBe(1);
-        const again = await claim([A, B]);
+        const again = await claim([A, B], 100, 'w1', 60_000);
         expect(again.map((c) => [c.handler, c.event.id, c.event.payload])).toEqual([
           ['B.handle', dead.id, { n: 'dead' }],
         ]);

@@ -111,7 +111,8 @@ export function wakeupSuite(target: WakeTarget): void {
       concurrency: 4,
       mode: 'own',
     });
-    await within(ids, sentAt, 15_000);
+    // Generous: the 5,000 appends themselves take most of it on a loaded 2-core machine.
+    await within(ids, sentAt, 50_000);
     const used = claims.mock.calls.length - claimsBefore;
     const stats = worker.dispatcher.stats();
     const wakeups = stats.wakeups - before.wakeups;
@@ -124,5 +125,5 @@ export function wakeupSuite(target: WakeTarget): void {
     expect(wakeups).toBeLessThan(ids.length / 3);
     expect(wakeupClaims).toBeLessThanOrEqual(wakeups);
     expect(used).toBeLessThan(ids.length / 3);
-  }, 30_000);
+  }, 70_000);
 }
