@@ -120,9 +120,10 @@ export function wakeupSuite(target: WakeTarget): void {
     process.stdout.write(
       `burst: ${ids.length} events in ${Date.now() - sentAt} ms, ${used} claims, ${wakeups} wake-ups received, ${wakeupClaims} claims for wake-ups\n`,
     );
-    // Signals are coalesced by the producer (one per 5 ms at most, whatever the append rate),
-    // and wake-ups arriving while a claim runs share the next one: never a claim per event.
-    expect(wakeups).toBeLessThan(ids.length / 3);
+    // Signals are coalesced by the producer (one per 5 ms at most per process, so how many
+    // arrive depends on how fast the producers append), and wake-ups arriving while a claim
+    // runs share the next one: never a claim per event.
+    expect(wakeups).toBeLessThan(ids.length);
     expect(wakeupClaims).toBeLessThanOrEqual(wakeups);
     expect(used).toBeLessThan(ids.length / 3);
   }, 70_000);
