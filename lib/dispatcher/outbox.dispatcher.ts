@@ -113,6 +113,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private paused = false;
   /** The last claim came back full: more is waiting. */
   private morePending = false;
+  /** Outcomes written so far (drain compares it across a claim). */
+  private outcomesWritten = 0;
   /** A claim was skipped because too many outcomes wait to be written. */
   private heldBack = false;
   /** The last store error met while writing outcomes (a batch shares one). */
@@ -144,6 +146,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error)),
     );
     this.reporter = new OutcomeReporter(store, () => {
+      this.outcomesWritten++;
       // A claim held back by unwritten outcomes goes as soon as they are written.
       if (this.heldBack && this.reporter.backlog <= this.maxBacklog) {
         this.heldBack = false;
@@ -276,6 +279,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const maxRounds = options.maxRounds ?? 1_000_000;
     for (let round = 0; round < maxRounds; round++) {
       const free = this.freeSlots();
+      // Outcomes written while the claim below is on its way free keys the claim could not see.
+      const writtenBefore = this.outcomesWritten;
       let claimed = 0;
       if (free > 0) {
         // Reserve the slots as poll() does, so the poll loop cannot claim them meanwhile.
@@ -300,6 +305,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         await this.reporter.settled();
         continue;
       }
+      if (this.outcomesWritten !== writtenBefore) continue;
       if (this.abandoned.size > 0 || (await this.leasedElsewhere())) {
         await new Promise((resolve) => setTimeout(resolve, 20));
         continue;

@@ -40,4 +40,34 @@ describe('OutboxDispatcher.drain() under a slow store', () => {
     expect(await store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 30 });
     expect(t.dispatcher.stats()).toMatchObject({ succeeded: 30, deadLettered: 30 });
   });
+
+  it('does not return on a claim that saw keys still held by outcomes written while it was on its way', async () => {
+    const store = new MemoryOutboxStore();
+    // A database answers from the state at the start of the statement: take the result first,
+    // deliver it 60 ms later; outcomes meanwhile land after 10 ms.
+    const claim = store.claim.bind(store);
+    store.claim = async (req) => {
+      const result = await claim(req);
+      await new Promise((r) => setTimeout(r, 60));
+      return result;
+    };
+    const deadLetter = store.deadLetter.bind(store);
+    store.deadLetter = async (...args) => {
+      await new Promise((r) => setTimeout(r, 10));
+      return deadLetter(...args);
+    };
+    @Injectable()
+    class Refuses {
+      @OutboxHandler('refused')
+      handle() {
+        throw new NonRetryableError('no');
+      }
+    }
+    t = await createOutboxApp([Refuses], { store, dispatcher: { enabled: false } });
+    await t.outbox.append(
+      Array.from({ length: 12 }, (_, i) => ({ type: 'refused', key: `k${i % 2}`, payload: { i } })),
+    );
+    await t.dispatcher.drain();
+    expect(await store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 12 });
+  });
 });
