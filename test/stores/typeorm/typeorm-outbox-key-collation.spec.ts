@@ -4,13 +4,22 @@ import { DataSource } from 'typeorm';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
 import {
   ensureOutboxSchema,
+  NestjsOutboxSchema1780000000000,
+  NestjsOutboxSchema1781000000000,
+  NestjsOutboxSchema1782000000000,
   outboxSchemaStatus,
   OUTBOX_SCHEMA_VERSION,
   TypeOrmOutboxStore,
 } from '../../../lib/stores/typeorm';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
 import { describeWithService } from '../../support/services';
-import { openDataSource, SERVICE_OF, TestDialect, uniquePrefix } from './typeorm-test-helpers';
+import {
+  dataSourceOptions,
+  openDataSource,
+  SERVICE_OF,
+  TestDialect,
+  uniquePrefix,
+} from './typeorm-test-helpers';
 
 const A: HandlerSubscription = { name: 'A.handle', types: ['k.event'] };
 
@@ -87,22 +96,66 @@ function on(dialect: TestDialect): void {
         await ds.query(ddl.replace(/utf8mb4_(nopad_bin|0900_bin)/g, 'utf8mb4_bin'));
       }
       await ds.query(`INSERT INTO ${d.tables.version.text} (version) VALUES (2)`);
-      const [{ c }] = await ds.query(
-        `SELECT COLLATION_NAME AS c FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'event_key'`,
-        [`${tablePrefix}deliveries`],
-      );
-      expect(c).toBe('utf8mb4_bin');
+      expect(await keyCollation(ds, `${tablePrefix}deliveries`)).toBe('utf8mb4_bin');
       await ensureOutboxSchema(ds, { tablePrefix });
       await ensureOutboxSchema(ds, { tablePrefix });
       expect(await outboxSchemaStatus(ds, { tablePrefix })).toMatchObject({
         current: OUTBOX_SCHEMA_VERSION,
         upToDate: true,
       });
+      expect(await keyCollation(ds, `${tablePrefix}deliveries`)).toBe('utf8mb4_nopad_bin');
       await keysStayApart(new TypeOrmOutboxStore(ds, { tablePrefix }));
     });
   }
 }
 
+const keyCollation = async (ds: DataSource, table: string): Promise<string> => {
+  const [{ c }] = await ds.query(
+    `SELECT COLLATION_NAME AS c FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'event_key'`,
+    [table],
+  );
+  return c;
+};
+
+function migrationOn(): void {
+  it('NestjsOutboxSchema1782000000000 brings version-2 tables forward as a migration', async () => {
+    const ds = await new DataSource({
+      ...dataSourceOptions('mariadb'),
+      migrations: [
+        NestjsOutboxSchema1780000000000,
+        NestjsOutboxSchema1781000000000,
+        NestjsOutboxSchema1782000000000,
+      ],
+      migrationsTableName: `${uniquePrefix('mig')}migrations`,
+    }).initialize();
+    const d = createDialect(ds, {});
+    const table = ds.options.migrationsTableName!;
+    try {
+      for (const ddl of d.dropSchema()) await ds.query(ddl);
+      for (const ddl of d.createSchema()) {
+        await ds.query(ddl.replace(/utf8mb4_(nopad_bin|0900_bin)/g, 'utf8mb4_bin'));
+      }
+      await ds.query(`INSERT INTO ${d.tables.version.text} (version) VALUES (2)`);
+      await ds.query(
+        `CREATE TABLE ${table} (id INT AUTO_INCREMENT PRIMARY KEY, timestamp BIGINT NOT NULL, name VARCHAR(255) NOT NULL)`,
+      );
+      await ds.query(
+        `INSERT INTO ${table} (timestamp, name) VALUES (1780000000000, 'NestjsOutboxSchema1780000000000'), (1781000000000, 'NestjsOutboxSchema1781000000000')`,
+      );
+      expect(await ds.runMigrations({ transaction: 'each' })).toHaveLength(1);
+      expect(await outboxSchemaStatus(ds)).toMatchObject({ current: 3, upToDate: true });
+      expect(await keyCollation(ds, 'outbox_deliveries')).toBe('utf8mb4_nopad_bin');
+    } finally {
+      for (const ddl of d.dropSchema()) await ds.query(ddl);
+      await ds.query(`DROP TABLE IF EXISTS ${table}`);
+      await ds.destroy();
+    }
+  });
+}
+
 describe('typeorm key collation on sqlite', () => on('sqlite'));
 describeWithService(SERVICE_OF.postgres, 'typeorm key collation', () => on('postgres'));
-describeWithService(SERVICE_OF.mariadb, 'typeorm key collation', () => on('mariadb'));
+describeWithService(SERVICE_OF.mariadb, 'typeorm key collation', () => {
+  on('mariadb');
+  migrationOn();
+});
