@@ -164,11 +164,21 @@ function inboxTableOptions(flags: Record<string, string>): InboxTableOptions {
   return { tablePrefix, schema: flags.schema };
 }
 
-function printSql(io: CliIo, name: DialectName, parts: Parts, flags: Record<string, string>): void {
+/**
+ * `server` names the MySQL-family server when known (`mysql`, `mariadb`, or `SELECT VERSION()`):
+ * the two spell their NO PAD binary collation differently.
+ */
+function printSql(
+  io: CliIo,
+  name: DialectName,
+  parts: Parts,
+  flags: Record<string, string>,
+  server?: string,
+): void {
   if (parts.outbox) {
     const tables = outboxTables(flags);
     io.out('-- outbox tables');
-    for (const ddl of schemaStatements(name, tables).create) io.out(`${ddl};`);
+    for (const ddl of schemaStatements(name, tables, server).create) io.out(`${ddl};`);
   }
   if (parts.inbox) {
     const dialect = inboxDialectFor(name, '--dialect');
@@ -295,13 +305,18 @@ export async function runCli(
   const parts = partsOf(switches);
   try {
     if (command === 'sql' && flags.dialect) {
-      printSql(io, dialectName(flags.dialect), parts, flags);
+      printSql(io, dialectName(flags.dialect), parts, flags, flags.dialect);
       return 0;
     }
     const dataSource = await openDataSource(flags);
     try {
       if (command === 'sql') {
-        printSql(io, dialectName(dataSource.options.type), parts, flags);
+        const name = dialectName(dataSource.options.type);
+        const server =
+          name === 'mysql'
+            ? String((await dataSource.query('SELECT VERSION() AS v'))[0]?.v ?? '')
+            : undefined;
+        printSql(io, name, parts, flags, server);
         return 0;
       }
       return command === 'migrate'

@@ -13,11 +13,37 @@ export function isUuid(value: unknown): value is string {
   return typeof value === 'string' && UUID_PATTERN.test(value);
 }
 
+// An ISO-8601 calendar date, optionally with a time and an offset (what `Date` parses reliably).
+const ISO_DATE =
+  /^([+-]\d{6}|\d{4})-(\d{2})-(\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2})?)?$/;
+// The range every store can hold (MySQL/MariaDB DATETIME: years 1000–9999).
+const MIN_TIME = Date.UTC(1000, 0, 1);
+const MAX_TIME = Date.UTC(10000, 0, 1) - 1;
+
 function toDate(field: string, value: unknown): Date | null {
   if (value === undefined || value === null) return null;
-  const date = value instanceof Date ? value : typeof value === 'string' ? new Date(value) : null;
+  let date: Date | null = null;
+  if (value instanceof Date) date = value;
+  else if (typeof value === 'string') {
+    // `Date` also reads "1", "March 7" and rolls "02-30" over to March: refuse what is not ISO.
+    const iso = ISO_DATE.exec(value);
+    if (iso) {
+      const [year, month, day] = [Number(iso[1]), Number(iso[2]), Number(iso[3])];
+      const lastDay = new Date(0);
+      lastDay.setUTCFullYear(year, month, 0);
+      if (month >= 1 && month <= 12 && day >= 1 && day <= lastDay.getUTCDate()) {
+        date = new Date(value);
+      }
+    }
+  }
   if (!date || Number.isNaN(date.getTime())) {
     throw new OutboxValidationError(field, 'expected a Date or an ISO-8601 string');
+  }
+  if (date.getTime() < MIN_TIME || date.getTime() > MAX_TIME) {
+    throw new OutboxValidationError(
+      field,
+      `${date.toISOString()} is outside years 1000–9999, the range every store can hold`,
+    );
   }
   return date;
 }
@@ -115,7 +141,13 @@ export function validateEvent(
           `expected a string of at most ${limits.headerValueMaxLength} characters`,
         );
       }
-      normalizedHeaders[name] = value;
+      // Defined, not assigned: assigning `__proto__` would drop the header (README Limits).
+      Object.defineProperty(normalizedHeaders, name, {
+        value,
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
     }
   }
   return {

@@ -27,6 +27,18 @@ function capture() {
 describe('nestjs-outbox CLI: which tables', () => {
   const cli = capture();
 
+  it.each([
+    ['mysql', 'utf8mb4_0900_bin'],
+    ['mariadb', 'utf8mb4_nopad_bin'],
+  ])('prints %s DDL with its NO PAD binary collation for keys', async (dialect, collation) => {
+    const { code, text } = await cli('schema', 'sql', '--dialect', dialect, '--outbox');
+    expect(code).toBe(0);
+    expect(text).toContain(
+      `event_key VARCHAR(512) CHARACTER SET utf8mb4 COLLATE ${collation} NULL`,
+    );
+    expect(text).not.toMatch(/utf8mb4_bin/);
+  });
+
   it.each(['postgres', 'mysql', 'sqlite'])(
     'prints the outbox and inbox DDL of %s by default, one of them with --outbox or --inbox',
     async (dialect) => {
@@ -152,18 +164,18 @@ describe.each(DIALECTS.filter(([, up]) => up).map(([d]) => d))(
 
       const created = await schema('migrate');
       expect(created.code).toBe(0);
-      expect(created.text).toMatch(/^outbox tables created \(schema version 2\)$/m);
+      expect(created.text).toMatch(/^outbox tables created \(schema version 3\)$/m);
       expect(created.text).toMatch(/^inbox table \S*inbox created$/m);
       expect(created.text).not.toMatch(/up to date/);
 
       const ok = await schema('status');
       expect(ok.code).toBe(0);
-      expect(ok.text).toMatch(/outbox schema version 2 \(expected 2\): up to date/);
+      expect(ok.text).toMatch(/outbox schema version 3 \(expected 3\): up to date/);
       expect(ok.text).toMatch(/inbox table \S*inbox: up to date/);
 
       const again = await schema('migrate');
       expect(again.code).toBe(0);
-      expect(again.text).toMatch(/outbox schema version 2: already up to date/);
+      expect(again.text).toMatch(/outbox schema version 3: already up to date/);
       expect(again.text).toMatch(/inbox table \S*inbox: already up to date/);
     });
 
@@ -189,7 +201,7 @@ describe.each(DIALECTS.filter(([, up]) => up).map(([d]) => d))(
     it('an outbox-only database: status passes; --inbox asks for the inbox table', async () => {
       const schema = fresh();
       const created = await schema('migrate', '--outbox');
-      expect(created).toMatchObject({ code: 0, text: 'outbox tables created (schema version 2)' });
+      expect(created).toMatchObject({ code: 0, text: 'outbox tables created (schema version 3)' });
 
       const status = await schema('status');
       expect(status.code).toBe(0);

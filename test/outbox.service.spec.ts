@@ -93,6 +93,46 @@ describe('OutboxService.append', () => {
     expect(await counts()).toEqual(before);
   });
 
+  it('keeps a header named __proto__ (defined, not assigned)', async () => {
+    const headers = JSON.parse('{"__proto__":"v","constructor":"c"}') as Record<string, string>;
+    const event = await t.outbox.append({ type: 'ok', payload: 1, headers });
+    expect(Object.entries(event.headers)).toEqual([
+      ['__proto__', 'v'],
+      ['constructor', 'c'],
+    ]);
+    expect(Object.getPrototypeOf(event.headers)).toBe(Object.prototype);
+  });
+
+  it.each([
+    ['2026-02-30T00:00:00Z', 'expected a Date or an ISO-8601 string'],
+    ['March 7, 2026', 'expected a Date or an ISO-8601 string'],
+    ['1', 'expected a Date or an ISO-8601 string'],
+    ['0999-12-31T23:59:59.999Z', 'outside years 1000–9999'],
+    ['+010000-01-01T00:00:00.000Z', 'outside years 1000–9999'],
+    [new Date(-8.64e15), 'outside years 1000–9999'],
+  ])(
+    'refuses occurredAt and availableAt %p, which not every store can hold',
+    async (at, reason) => {
+      const before = await counts();
+      for (const field of ['occurredAt', 'availableAt'] as const) {
+        await expect(
+          t.outbox.append({ type: 'ok', payload: 1, [field]: at }),
+        ).rejects.toMatchObject({
+          field: `event.${field}`,
+          reason: expect.stringContaining(reason),
+        });
+      }
+      expect(await counts()).toEqual(before);
+    },
+  );
+
+  it('accepts ISO dates at the ends of the range and leap days', async () => {
+    for (const at of ['1000-01-01T00:00:00.000Z', '9999-12-31T23:59:59.999Z', '2024-02-29']) {
+      const event = await t.outbox.append({ type: 'ok', payload: 1, occurredAt: at });
+      expect(event.occurredAt).toEqual(new Date(at));
+    }
+  });
+
   it('names the index of the bad event in a batch and writes none of it', async () => {
     const before = await counts();
     await expect(

@@ -6,6 +6,7 @@ export {
   createOutboxMigration,
   NestjsOutboxSchema1780000000000,
   NestjsOutboxSchema1781000000000,
+  NestjsOutboxSchema1782000000000,
   OUTBOX_SCHEMA_VERSION,
 } from './typeorm-outbox.schema';
 export type { OutboxSchemaStatus } from './typeorm-outbox.schema';

@@ -7,17 +7,20 @@ import { OutboxTableOptions } from './typeorm-outbox.tables';
 /**
  * Version of the outbox tables this release expects. 2: `deliveries` holds open work only,
  * dead letters live in `dead_letters`, events carry an `available_at` index for retention.
+ * 3: on MySQL/MariaDB, types, keys and handler names use a NO PAD binary collation, so `'a'` and
+ * `'a '` are two keys (other databases: no change).
  */
-export const OUTBOX_SCHEMA_VERSION = 2;
+export const OUTBOX_SCHEMA_VERSION = 3;
 
 /** Seconds `ensureOutboxSchema` waits for another replica, or a lock on the tables. */
 const SCHEMA_LOCK_SECONDS = 60;
 
 /**
  * Brings the tables to the current version inside an open transaction: creates what is missing,
- * upgrades version-1 tables, records the version. Idempotent.
+ * upgrades older tables (every step, each idempotent), records the version. Idempotent.
  */
 function* applySchema(dialect: SqlDialect): Plan<void> {
+  if (dialect.inspectServer) yield* dialect.inspectServer();
   for (const ddl of dialect.createSchema()) yield raw(ddl);
   const { rows } = yield sql`SELECT MAX(version) AS version FROM ${dialect.tables.version}`;
   const found = rows[0]?.version;
@@ -164,6 +167,19 @@ export class NestjsOutboxSchema1780000000000 implements MigrationInterface {
  */
 export class NestjsOutboxSchema1781000000000 implements MigrationInterface {
   name = 'NestjsOutboxSchema1781000000000';
+  up(queryRunner: QueryRunner): Promise<void> {
+    return migrateUp(queryRunner, {});
+  }
+  async down(): Promise<void> {}
+}
+
+/**
+ * Brings tables of the default prefix from schema 2 to 3: on MySQL/MariaDB, types, keys and
+ * handler names move to a NO PAD binary collation, so keys differing only by trailing spaces stay
+ * two keys (other databases: only the version changes). A no-op on tables already at version 3.
+ */
+export class NestjsOutboxSchema1782000000000 implements MigrationInterface {
+  name = 'NestjsOutboxSchema1782000000000';
   up(queryRunner: QueryRunner): Promise<void> {
     return migrateUp(queryRunner, {});
   }

@@ -154,8 +154,8 @@ export class TypeOrmOutboxStore implements OutboxStore {
     throw new OutboxOptionsError(
       'store.ensureSchema',
       `${found}. Run \`npx nestjs-outbox schema migrate --outbox --url <database url>\`` +
-        `${prefix === 'outbox_' ? '' : ` --prefix ${prefix}`}, or add the migrations (NestjsOutboxSchema1780000000000 and ` +
-        'NestjsOutboxSchema1781000000000, or createOutboxMigration for your prefix) to your DataSource, ' +
+        `${prefix === 'outbox_' ? '' : ` --prefix ${prefix}`}, or add the migrations (NestjsOutboxSchema1780000000000, ` +
+        'NestjsOutboxSchema1781000000000 and NestjsOutboxSchema1782000000000, or createOutboxMigration for your prefix) to your DataSource, ' +
         'or set ensureSchema: true to let the app create them.',
     );
   }

@@ -7,6 +7,7 @@ import {
   NestjsOutboxSchema1780000000000,
   NestjsOutboxSchema1781000000000,
   outboxSchemaStatus,
+  OUTBOX_SCHEMA_VERSION,
   TypeOrmOutboxStore,
 } from '../../../lib/stores/typeorm';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
@@ -24,7 +25,7 @@ const A: HandlerSubscription = { name: 'A.handle', types: ['up.event'] };
 
 /**
  * Tables created by release 0.1.0 (schema 1: delivered and dead rows in `deliveries`) are brought
- * to schema 2 by `ensureOutboxSchema`: dead letters move to their table with their history,
+ * to the current schema by `ensureOutboxSchema` (every step, versions 2 and 3): dead letters move to their table with their history,
  * delivered rows leave the open table, open work is untouched and still claimable.
  */
 function upgradeOn(dialect: TestDialect): void {
@@ -94,7 +95,7 @@ function upgradeOn(dialect: TestDialect): void {
     await ensureOutboxSchema(ds, { tablePrefix: prefix });
 
     expect(await outboxSchemaStatus(ds, { tablePrefix: prefix })).toMatchObject({
-      current: 2,
+      current: OUTBOX_SCHEMA_VERSION,
       upToDate: true,
     });
     const dead = await store.getDeadLetter(deadId);
@@ -140,7 +141,10 @@ function migrationOn(dialect: TestDialect): void {
       );
       expect((await outboxSchemaStatus(ds)).current).toBe(1);
       expect(await ds.runMigrations({ transaction: 'each' })).toHaveLength(1);
-      expect(await outboxSchemaStatus(ds)).toMatchObject({ current: 2, upToDate: true });
+      expect(await outboxSchemaStatus(ds)).toMatchObject({
+        current: OUTBOX_SCHEMA_VERSION,
+        upToDate: true,
+      });
       const store = new TypeOrmOutboxStore(ds);
       await store.append([
         {

@@ -46,7 +46,7 @@ describeWithService('postgres', 'outbox tables are checked at bootstrap', () => 
       for (const ddl of schemaV1('postgres', d.tables)) await ds.query(ddl);
       await ds.query(`INSERT INTO ${d.tables.version.text} (version) VALUES (1)`);
       expect(String(await boot(prefix))).toMatch(
-        /schema version 1, this release needs 2.*schema migrate/,
+        /schema version 1, this release needs 3.*schema migrate/,
       );
     } finally {
       for (const ddl of d.dropSchema()) await ds.query(ddl);

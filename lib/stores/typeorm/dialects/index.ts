@@ -1,7 +1,7 @@
 import type { DataSource } from 'typeorm';
 import { OutboxOptionsError } from '../../../errors/outbox-options.error';
 import { OutboxTableNames, OutboxTableOptions, tableNames } from '../typeorm-outbox.tables';
-import { MysqlDialect, mysqlDdl } from './mysql';
+import { MysqlDialect, mysqlDdl, mysqlTextCollation } from './mysql';
 import { PostgresDialect, postgresDdl } from './postgres';
 import { DialectName, SqlDialect } from './sql-dialect';
 import { SqliteDialect, sqliteDdl } from './sqlite';
@@ -31,16 +31,20 @@ export function outboxTableNames(name: DialectName, options: OutboxTableOptions)
     : tableNames(options, '"', name === 'postgres');
 }
 
-/** DDL for a dialect without a connection (the CLI's `schema sql`). */
+/**
+ * DDL for a dialect without a connection (the CLI's `schema sql`). `server` tells MySQL from
+ * MariaDB (`'mysql'`, `'mariadb'` or a `VERSION()` string; default MariaDB's collation names).
+ */
 export function schemaStatements(
   name: DialectName,
   options: OutboxTableOptions,
+  server = 'mariadb',
 ): { create: string[]; drop: string[]; upgrade: string[] } {
   const tables = outboxTableNames(name, options);
   return name === 'postgres'
     ? postgresDdl(tables)
     : name === 'mysql'
-      ? mysqlDdl(tables)
+      ? mysqlDdl(tables, mysqlTextCollation(server))
       : sqliteDdl(tables);
 }
 

@@ -21,11 +21,25 @@ import {
 } from './sql-dialect';
 
 /**
+ * The binary NO PAD collation of the server: names and keys then compare exactly as in
+ * JavaScript. `utf8mb4_bin` is PAD SPACE on both servers (`'a' = 'a '`), which would merge keys
+ * that differ only by trailing spaces (per-key order, dead-letter filters). MariaDB (10.2+) calls
+ * it `utf8mb4_nopad_bin`, MySQL 8 `utf8mb4_0900_bin`; neither accepts the other's name.
+ */
+export function mysqlTextCollation(serverVersion: string): string {
+  return /mariadb/i.test(serverVersion) ? 'utf8mb4_nopad_bin' : 'utf8mb4_0900_bin';
+}
+
+/**
  * MySQL 8.0.1+ and MariaDB 10.6+ (SKIP LOCKED). Times are `DATETIME(3)` holding UTC, written
  * and read as text so neither the session time zone nor the driver's `timezone` option can shift
- * them. Text is utf8mb4 with binary collation, so names compare exactly as in JavaScript.
+ * them. Text is utf8mb4 with a binary NO PAD collation (`mysqlTextCollation`), so names compare
+ * exactly as in JavaScript. Without a server to ask (the CLI), the MariaDB name is used.
  */
-export function mysqlDdl(t: OutboxTableNames): {
+export function mysqlDdl(
+  t: OutboxTableNames,
+  collation = mysqlTextCollation('MariaDB'),
+): {
   create: string[];
   drop: string[];
   upgrade: string[];
@@ -34,15 +48,18 @@ export function mysqlDdl(t: OutboxTableNames): {
   const D = t.deliveries.text;
   const DL = t.deadLetters.text;
   const n = (s: string) => t.name(s).text;
-  const table = 'ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin';
+  const table = `ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}`;
+  // Restated per column: upgraded tables keep their old default collation.
+  const text = (size: number, nullable: boolean) =>
+    `VARCHAR(${size}) CHARACTER SET utf8mb4 COLLATE ${collation} ${nullable ? 'NULL' : 'NOT NULL'}`;
   const uuid = 'CHAR(36) CHARACTER SET ascii COLLATE ascii_bin';
   // Indexes are declared inline: MySQL has no CREATE INDEX IF NOT EXISTS.
   const create = [
     `CREATE TABLE IF NOT EXISTS ${E} (
   seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
   id ${uuid} NOT NULL,
-  type VARCHAR(255) NOT NULL,
-  event_key VARCHAR(512) NULL,
+  type ${text(255, false)},
+  event_key ${text(512, true)},
   payload LONGTEXT NOT NULL,
   headers MEDIUMTEXT NOT NULL,
   occurred_at DATETIME(3) NOT NULL,
@@ -53,13 +70,13 @@ export function mysqlDdl(t: OutboxTableNames): {
     `CREATE TABLE IF NOT EXISTS ${D} (
   id ${uuid} NOT NULL PRIMARY KEY,
   event_seq BIGINT UNSIGNED NOT NULL,
-  event_type VARCHAR(255) NOT NULL,
-  event_key VARCHAR(512) NULL,
-  handler VARCHAR(255) NOT NULL,
+  event_type ${text(255, false)},
+  event_key ${text(512, true)},
+  handler ${text(255, false)},
   status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   attempts INT NOT NULL DEFAULT 0,
   available_at DATETIME(3) NOT NULL,
-  lease_owner VARCHAR(255) NULL,
+  lease_owner ${text(255, true)},
   lease_token VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
   lease_until DATETIME(3) NULL,
   reason VARCHAR(16) NULL,
@@ -72,9 +89,9 @@ export function mysqlDdl(t: OutboxTableNames): {
     `CREATE TABLE IF NOT EXISTS ${DL} (
   id ${uuid} NOT NULL PRIMARY KEY,
   event_seq BIGINT UNSIGNED NOT NULL,
-  event_type VARCHAR(255) NOT NULL,
-  event_key VARCHAR(512) NULL,
-  handler VARCHAR(255) NOT NULL,
+  event_type ${text(255, false)},
+  event_key ${text(512, true)},
+  handler ${text(255, false)},
   attempts INT NOT NULL,
   reason VARCHAR(16) NOT NULL,
   errors LONGTEXT NOT NULL,
@@ -100,6 +117,10 @@ export function mysqlDdl(t: OutboxTableNames): {
     `DELETE FROM ${D} WHERE status NOT IN ('pending', 'leased')`,
     `ALTER TABLE ${E} ADD KEY ${n('events_available_idx')} (available_at)`,
     `ALTER TABLE ${D} DROP KEY ${n('deliveries_done_idx')}`,
+    // Version 3: the compared text moves to a NO PAD collation (idempotent).
+    `ALTER TABLE ${E} MODIFY type ${text(255, false)}, MODIFY event_key ${text(512, true)}`,
+    `ALTER TABLE ${D} MODIFY event_type ${text(255, false)}, MODIFY event_key ${text(512, true)}, MODIFY handler ${text(255, false)}, MODIFY lease_owner ${text(255, true)}`,
+    `ALTER TABLE ${DL} MODIFY event_type ${text(255, false)}, MODIFY event_key ${text(512, true)}, MODIFY handler ${text(255, false)}`,
   ];
   return { create, drop, upgrade };
 }
@@ -136,6 +157,8 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   /** MariaDB has `INSERT/DELETE … RETURNING`; MySQL does not. */
   private readonly mariadb: boolean;
+  /** Text collation of the DDL; `inspectServer` sets the server's own. */
+  private collation = mysqlTextCollation('MariaDB');
 
   constructor(ctx: DialectContext) {
     super(ctx);
@@ -311,15 +334,20 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`SELECT RELEASE_LOCK(${this.lockName(name)}) AS ok`;
   }
 
+  *inspectServer(): Plan<void> {
+    const { rows } = yield sql`SELECT VERSION() AS version`;
+    this.collation = mysqlTextCollation(String(rows[0]?.version ?? ''));
+  }
+
   createSchema(): string[] {
-    return mysqlDdl(this.tables).create;
+    return mysqlDdl(this.tables, this.collation).create;
   }
 
   dropSchema(): string[] {
-    return mysqlDdl(this.tables).drop;
+    return mysqlDdl(this.tables, this.collation).drop;
   }
 
   upgradeSchema(): string[] {
-    return mysqlDdl(this.tables).upgrade;
+    return mysqlDdl(this.tables, this.collation).upgrade;
   }
 }

@@ -178,6 +178,11 @@ export interface SqlDialect {
   lock(name: string, timeoutSeconds: number): SqlText;
   unlock(name: string): SqlText | null;
 
+  /**
+   * Reads what the DDL depends on from the server (MySQL and MariaDB name their NO PAD binary
+   * collations differently); run before `createSchema` and `upgradeSchema`.
+   */
+  inspectServer?(): Plan<void>;
   /** DDL that creates everything (idempotent, `IF NOT EXISTS`). */
   createSchema(): string[];
   dropSchema(): string[];
