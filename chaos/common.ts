@@ -42,8 +42,8 @@ export function chaosDataSourceOptions(
   };
 }
 
-export function redisUrl(): string {
-  return `redis://${process.env.REDIS_HOST ?? '127.0.0.1'}:${process.env.REDIS_PORT ?? 6379}`;
+export function redisUrl(port = process.env.REDIS_PORT ?? '6379'): string {
+  return `redis://${process.env.REDIS_HOST ?? '127.0.0.1'}:${port}`;
 }
 
 export function quoteName(dialect: 'postgres' | 'mariadb', name: string): string {

@@ -13,7 +13,9 @@
  * effect (or an unfinished drain).
  */
 import 'reflect-metadata';
-import { ChildProcess, fork } from 'node:child_process';
+import { ChildProcess, fork, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { join, resolve } from 'node:path';
 import { Module } from '@nestjs/common';
@@ -51,6 +53,13 @@ export interface ChaosOptions {
   stops: number;
   /** pg_terminate_backend on all workers' connections this many times (PostgreSQL / Redis runs). */
   terminates: number;
+  /**
+   * Redis runs: crash (SIGKILL) and restart the Redis server this many times. Needs a Redis of the
+   * driver's own: with a value > 0 the driver starts `redis-server` on `ownRedisPort` with
+   * `--appendonly yes --appendfsync always` in a temporary directory and removes it at the end.
+   */
+  redisRestarts: number;
+  ownRedisPort: number;
   /** Upper bound for the drain after the fault phase. */
   drainTimeoutMs: number;
   log: (line: string) => void;
@@ -65,7 +74,7 @@ export interface ChaosResult {
   doubled: number;
   lost: number;
   orderViolations: number;
-  faults: { kills: number; stops: number; terminated: number };
+  faults: { kills: number; stops: number; terminated: number; redisRestarts: number };
   /** Deliveries skipped by the inbox because the effect had been applied (redeliveries, allowed). */
   duplicatesSkipped: number;
   /** Handler attempts that failed (killed connections, lock waits past lockTimeoutMs, ...). */
@@ -88,6 +97,8 @@ export const DEFAULTS: ChaosOptions = {
   kills: 6,
   stops: 2,
   terminates: 2,
+  redisRestarts: 0,
+  ownRedisPort: 6390,
   drainTimeoutMs: 180_000,
   log: (line) => console.log(line),
 };
@@ -129,6 +140,85 @@ export function killAllWorkers(): void {
   LIVE.clear();
 }
 
+/** A Redis server of the driver's own (AOF, fsync always), so it can crash it without harm. */
+class OwnRedis {
+  private child: ChildProcess | null = null;
+
+  private constructor(
+    private readonly port: number,
+    private readonly dir: string,
+  ) {}
+
+  static async start(port: number): Promise<OwnRedis> {
+    const dir = mkdtempSync(join(tmpdir(), 'chaos-redis-'));
+    const redis = new OwnRedis(port, dir);
+    await redis.spawn();
+    return redis;
+  }
+
+  private async spawn(): Promise<void> {
+    const child = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(this.port),
+        '--bind',
+        '127.0.0.1',
+        '--appendonly',
+        'yes',
+        '--appendfsync',
+        'always',
+        '--dir',
+        this.dir,
+        '--save',
+        '',
+      ],
+      { stdio: 'ignore' },
+    );
+    LIVE.add(child);
+    child.once('exit', () => LIVE.delete(child));
+    this.child = child;
+    const client = new Redis(redisUrl(String(this.port)), {
+      lazyConnect: true,
+      retryStrategy: () => 100,
+    });
+    client.on('error', () => undefined); // refused while the server starts
+    try {
+      for (let i = 0; ; i++) {
+        try {
+          if (client.status !== 'ready') await client.connect().catch(() => undefined);
+          if ((await client.ping()) === 'PONG') break;
+        } catch (error) {
+          if (i > 100) throw error;
+        }
+        await sleep(100);
+      }
+    } finally {
+      client.disconnect();
+    }
+  }
+
+  /** SIGKILL (a crash: no shutdown save), then start again on the same AOF. */
+  async restart(): Promise<void> {
+    await this.kill();
+    await sleep(500);
+    await this.spawn();
+  }
+
+  private async kill(): Promise<void> {
+    const child = this.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const gone = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await gone;
+  }
+
+  async stop(): Promise<void> {
+    await this.kill();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
 function addInto(sum: Omit<WorkerReport, 'op'>, r: WorkerReport | null): void {
   if (!r) return;
   for (const k of Object.keys(ZERO) as (keyof typeof ZERO)[]) sum[k] += r[k];
@@ -149,7 +239,10 @@ export async function runChaos(partial: Partial<ChaosOptions> = {}): Promise<Cha
   let producer: Awaited<ReturnType<typeof NestFactory.createApplicationContext>> | null = null;
   const slots: Slot[] = [];
   let workerStarts = 0;
-  const faults = { kills: 0, stops: 0, terminated: 0 };
+  const faults = { kills: 0, stops: 0, terminated: 0, redisRestarts: 0 };
+  const ownRedis =
+    o.store === 'redis' && o.redisRestarts > 0 ? await OwnRedis.start(o.ownRedisPort) : null;
+  const redisPort = ownRedis ? String(o.ownRedisPort) : (process.env.REDIS_PORT ?? '6379');
 
   const startWorker = (slot: Slot): Promise<void> =>
     new Promise((ready, fail) => {
@@ -163,6 +256,7 @@ export async function runChaos(partial: Partial<ChaosOptions> = {}): Promise<Cha
           CHAOS_PREFIX: prefix,
           CHAOS_LEASE_MS: String(o.leaseMs),
           CHAOS_APP_NAME: appName,
+          REDIS_PORT: redisPort,
         },
         stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
       });
@@ -245,7 +339,12 @@ export async function runChaos(partial: Partial<ChaosOptions> = {}): Promise<Cha
         OutboxModule.forRoot({
           store:
             o.store === 'redis'
-              ? { type: 'redis', url: redisUrl(), prefix }
+              ? {
+                  type: 'redis',
+                  url: redisUrl(redisPort),
+                  prefix,
+                  redisOptions: { maxRetriesPerRequest: null },
+                }
               : { type: 'typeorm', dataSource, tablePrefix: prefix, ensureSchema: false },
           dispatcher: { enabled: false },
           retention: { cleanupIntervalMs: 0 },
@@ -298,6 +397,12 @@ export async function runChaos(partial: Partial<ChaosOptions> = {}): Promise<Cha
       ...Array.from({ length: o.kills }, () => kill),
       ...Array.from({ length: o.stops }, () => stop),
       ...(dialect === 'postgres' ? Array.from({ length: o.terminates }, () => terminate) : []),
+      ...(ownRedis
+        ? Array.from({ length: o.redisRestarts }, () => async () => {
+            await ownRedis.restart();
+            faults.redisRestarts++;
+          })
+        : []),
     ].sort(() => Math.random() - 0.5);
     for (let i = 0; i < plan.length; i++) {
       const due = phaseStart + ((i + 1) / (plan.length + 1)) * phaseMs;
@@ -379,7 +484,11 @@ export async function runChaos(partial: Partial<ChaosOptions> = {}): Promise<Cha
     await stopWorkers(slots).catch(() => undefined);
     killAllWorkers();
     await producer?.close().catch(() => undefined);
-    await cleanup(o.store, dataSource, prefix).catch((e) => o.log(`cleanup failed: ${e}`));
+    // An own Redis is deleted whole (and killAllWorkers has stopped it already).
+    await cleanup(ownRedis ? 'own-redis' : o.store, dialect, dataSource, prefix, redisPort).catch(
+      (e) => o.log(`cleanup failed: ${e}`),
+    );
+    await ownRedis?.stop();
     await dataSource.destroy().catch(() => undefined);
   }
 }
@@ -399,17 +508,23 @@ async function stopWorkers(slots: Slot[]): Promise<void> {
   );
 }
 
-async function cleanup(store: ChaosStore, dataSource: DataSource, prefix: string): Promise<void> {
-  const dialect = sqlDialectOf(store);
+async function cleanup(
+  store: ChaosStore | 'own-redis',
+  dialect: 'postgres' | 'mariadb',
+  dataSource: DataSource,
+  prefix: string,
+  redisPort: string,
+): Promise<void> {
   await dataSource.query(`DROP TABLE IF EXISTS ${ledgerTable(dialect, prefix)}`);
   await dataSource.query(`DROP TABLE IF EXISTS ${quoteName(dialect, `${prefix}inbox`)}`);
+  if (store === 'own-redis') return;
   if (store !== 'redis') {
     for (const ddl of createDialect(dataSource, { tablePrefix: prefix }).dropSchema()) {
       await dataSource.query(ddl);
     }
     return;
   }
-  const client = new Redis(redisUrl());
+  const client = new Redis(redisUrl(redisPort));
   try {
     let cursor = '0';
     do {
@@ -429,13 +544,25 @@ export function summaryLine(r: ChaosResult): string {
     `order_violations=${r.orderViolations} redelivered_skipped=${r.duplicatesSkipped} ` +
     `failed_attempts=${r.failedAttempts} lease_lost=${r.leaseLost} store_errors=${r.storeErrors} ` +
     `kills=${r.faults.kills} stops=${r.faults.stops} terminated_conns=${r.faults.terminated} ` +
+    `redis_restarts=${r.faults.redisRestarts} ` +
     `worker_starts=${r.workerStarts} drain_ms=${r.drainMs} total_ms=${r.totalMs}`
   );
 }
 
 function parseArgs(argv: string[]): Partial<ChaosOptions> & { stores: ChaosStore[] } {
   const out: Partial<ChaosOptions> & { stores: ChaosStore[] } = { stores: [] };
-  const num = ['workers', 'events', 'seconds', 'keys', 'leaseMs', 'kills', 'stops', 'terminates'];
+  const num = [
+    'workers',
+    'events',
+    'seconds',
+    'keys',
+    'leaseMs',
+    'kills',
+    'stops',
+    'terminates',
+    'redisRestarts',
+    'ownRedisPort',
+  ];
   for (let i = 0; i < argv.length; i++) {
     const name = argv[i]
       .replace(/^--/, '')
