@@ -68,6 +68,9 @@ export class InboxStore {
 
   /** Creates the table and index if missing (safe to call from several processes). */
   async ensureSchema(): Promise<void> {
+    // A table already current costs two reads and no DDL: `CREATE INDEX IF NOT EXISTS` takes a
+    // lock before it checks, and would queue a starting replica behind any open inbox transaction.
+    if (await this.isCurrent()) return;
     await withRunner(this.dataSource, async (runner) => {
       // Concurrent CREATE … IF NOT EXISTS can still collide in PostgreSQL's catalog; a
       // transaction-scoped advisory lock makes bootstrapping processes take turns.
@@ -77,6 +80,8 @@ export class InboxStore {
         await runner.query('SELECT pg_advisory_xact_lock(hashtext($1))', [
           `nestjs-outbox:schema:${this.names.plain}`,
         ]);
+        // A lock held by someone else fails startup with an error instead of hanging it.
+        await runner.query(`SET LOCAL lock_timeout = '60s'`);
       }
       try {
         for (const sql of this.dialect.createSchema(this.names)) await runner.query(sql);
@@ -92,6 +97,15 @@ export class InboxStore {
         throw error;
       }
     });
+  }
+
+  private async isCurrent(): Promise<boolean> {
+    try {
+      await this.dataSource.query(`SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
+      return await withRunner(this.dataSource, (runner) => this.hasFingerprint(runner));
+    } catch {
+      return false;
+    }
   }
 
   /** Throws `OutboxOptionsError` naming the fix when the inbox table is missing or outdated. */
