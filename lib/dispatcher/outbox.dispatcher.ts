@@ -465,8 +465,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.report(delivery, delivery.lease, handler, { failed: true, failure: error });
       return;
     }
-    const waiting: Waiting = { delivery, handler, kept: null as unknown as KeptLease, run: null };
-    waiting.kept = this.keeper.keep(delivery.lease, sentAt, (error) => {
+    const kept: KeptLease = this.keeper.keep(delivery.lease, sentAt, (error) => {
       if (waiting.run) return waiting.run.interrupt(error);
       // Lost while waiting for a slot: it never started, so there is nothing to stop.
       const index = this.waiting.indexOf(waiting);
@@ -474,6 +473,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.counters.leaseLost++;
       this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
     });
+    const waiting: Waiting = { delivery, handler, kept, run: null };
     this.waiting.push(waiting);
   }
 

@@ -74,7 +74,7 @@ async function inParallel<T>(items: T[], width: number, fn: (item: T) => Promise
 }
 
 /**
- * Registers the shared store contract (every store-level guarantee of SPEC §2) as a jest
+ * Registers the shared store contract (every store-level guarantee of the README Guarantees) as a jest
  * `describe` block. Run it against your own `OutboxStore` to check it behaves like ours.
  */
 export function describeOutboxStoreContract(
@@ -725,7 +725,7 @@ export function describeOutboxStoreContract(
     });
 
     describe('store clock', () => {
-      // SPEC §2.5: due times, leases, retries and retention follow the store clock, so an
+      // README Guarantees 5: due times, leases, retries and retention follow the store clock, so an
       // application clock hours off (a VM resumed, a bad NTP) changes none of them.
       for (const [label, offset] of [
         ['3 h ahead', 3 * HOUR],
@@ -859,8 +859,7 @@ export function describeOutboxStoreContract(
 
       it('never loses a dead letter replayed while retention removes old dead letters', async () => {
         // A replay that answered 1 must leave a claimable delivery with its event, whatever a
-        // concurrent retention run decided about the dead letter a moment before (SPEC §2.9).
-        let replayedCount = 0;
+        // concurrent retention run decided about the dead letter a moment before (README Guarantees 9).
         for (let i = 0; i < 30; i++) {
           const e = event({ payload: { i }, handlers: ['A.handle'] });
           await store.append([e]);
@@ -872,7 +871,6 @@ export function describeOutboxStoreContract(
             store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: 0, batchSize: 100 }),
           ]);
           if (replayed === 1) {
-            replayedCount++;
             // Another retention run right after must not touch the replayed delivery either.
             await store.cleanup({
               deliveredRetentionMs: 0,
@@ -890,9 +888,8 @@ export function describeOutboxStoreContract(
             expect(await claim([A])).toHaveLength(0);
           }
         }
+        // Which side wins each race depends on timing; every outcome above was checked.
         expect((await store.stats()).dead).toBe(0);
-        // Not asserted: which side wins each race depends on timing.
-        expect(replayedCount).toBeGreaterThanOrEqual(0);
       }, 120_000);
 
       it('removes everything eligible over repeated small cleanup calls', async () => {

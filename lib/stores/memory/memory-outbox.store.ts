@@ -151,7 +151,7 @@ export class MemoryOutboxStore implements OutboxStore {
     const ordered = [...this.deliveries.values()]
       .filter((d) => names.has(d.handler) && (d.status === 'pending' || d.status === 'leased'))
       .sort((a, b) => a.seq - b.seq);
-    // Only the oldest open delivery per (handler, key) may run: that is per-key order (SPEC §2.6).
+    // Only the oldest open delivery per (handler, key) may run: that is per-key order (README Guarantees 6).
     const blockedKeys = new Set<string>();
     const claimed: ClaimedDelivery[] = [];
     for (const d of ordered) {
