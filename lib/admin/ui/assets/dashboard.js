@@ -246,6 +246,7 @@
 
   async function route() {
     const next = parseRoute();
+    $('notice').hidden = true;
     show(next.view);
     if (next.view === 'stats') await guarded(loadStats);
     if (next.view === 'list') await guarded(() => openList(next.filter));
@@ -308,11 +309,11 @@
         'g',
         { class: 'bar-group', tabindex: 0, role: 'link' },
         svg('title', null, row.fingerprint + ' — ' + plural(row.count, 'dead letter')),
-        svg('text', { class: 'label', x: 0, y: y + 13 }, truncate(row.fingerprint, 58)),
+        svg('text', { class: 'label', x: 0, y: y + 13 }, truncate(row.fingerprint, 50)),
         svg(
           'text',
           { class: 'sublabel', x: 0, y: y + 29 },
-          truncate(row.type + ' · ' + row.handler + ' · ' + row.errorName, 64),
+          truncate(row.type + ' · ' + row.handler + ' · ' + row.errorName, 58),
         ),
         svg('rect', { class: 'bar', x: labelWidth, y: y + 4, width: barWidth, height: 24, rx: 3 }),
         svg('text', { class: 'count', x: labelWidth + barWidth + 6, y: y + 21 }, row.count),
@@ -488,6 +489,7 @@
     $('confirm-all-label').hidden = !matchAll;
     $('confirm-all').checked = false;
     $('confirm-ok').disabled = matchAll;
+    $('confirm-ok').textContent = title.split(' ')[0];
     return new Promise((resolve) => {
       const done = (confirmed) => {
         $('confirm-ok').removeEventListener('click', ok);
@@ -571,6 +573,7 @@
     clear($('detail-errors').tBodies[0]);
     $('detail-replay').disabled = true;
     $('detail-purge').disabled = true;
+    $('detail-body').hidden = true;
     const item = await call('GET', 'dead-letters/' + encodeURIComponent(id));
     current = item;
     const fields = [
@@ -604,6 +607,7 @@
         ),
       );
     }
+    $('detail-body').hidden = false;
     $('detail-replay').disabled = false;
     $('detail-purge').disabled = false;
   }
