@@ -2,8 +2,9 @@
 // The outbox dead-letter dashboard. Plain browser JavaScript, no library, no build step.
 //
 // Safe by construction: every value from the server reaches the page as text, through
-// textContent or createTextNode (never innerHTML), and attributes are set only from a fixed list
-// of names. State changes are POSTs to the admin API, which validates them as it does any client's.
+// textContent or createTextNode (never through the HTML parser), and attributes are set only from
+// a fixed list of names. State changes are POSTs to the admin API, which validates them as it
+// does any client's.
 (function () {
   'use strict';
 
