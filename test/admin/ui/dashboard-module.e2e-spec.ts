@@ -191,3 +191,19 @@ describe('sample app dashboard', () => {
     }
   });
 });
+
+describe('DashboardAssets', () => {
+  it('fails at start, naming the option and the fix, when a file is missing from the package', () => {
+    const { DashboardAssets } =
+      require('../../../lib/admin/ui/outbox-admin-ui.assets') as typeof import('../../../lib/admin/ui/outbox-admin-ui.assets');
+    const build = () => new DashboardAssets(join(__dirname, 'no-such-dir'));
+    expect(build).toThrow(OutboxAdminOptionsError);
+    expect(build).toThrow(
+      /"ui": the dashboard file .*dashboard\.(html|css|js) cannot be read.*reinstall nestjs-outbox/,
+    );
+    expect(new DashboardAssets().get('dashboard.js')?.contentType).toBe(
+      'text/javascript; charset=utf-8',
+    );
+    expect(new DashboardAssets().get('../package.json')).toBeUndefined();
+  });
+});

@@ -85,7 +85,8 @@
       headers: { accept: 'application/json' },
       credentials: 'same-origin',
       cache: 'no-store',
-      redirect: 'error',
+      // A proxy sending the call to a sign-in page is reported, not followed.
+      redirect: 'manual',
     };
     if (body !== undefined) {
       init.headers['content-type'] = 'application/json';
@@ -99,6 +100,11 @@
         response = await fetch(apiUrl(route, query), init);
       } catch (error) {
         throw new ApiError(0, 'The server could not be reached', [String(error.message || error)]);
+      }
+      if (response.type === 'opaqueredirect') {
+        throw new ApiError(0, 'The request was redirected', [
+          'Your sign-in may have expired: reload the page.',
+        ]);
       }
       const text = await response.text();
       let data = null;
