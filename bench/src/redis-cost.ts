@@ -6,7 +6,8 @@
  * script µs per delivery (EVALSHA's wall time inside Redis, which includes the commands it runs
  * and grows when the machine is loaded), commands run per delivery (the script call included),
  * and server CPU µs per delivery (user + sys of the Redis process: the figure that load does not
- * inflate). One call at a time, so nothing queues inside Redis.
+ * inflate); and this process's CPU per delivery in the claim and ack phases (the store's
+ * JavaScript and ioredis, no dispatcher). One call at a time, so nothing queues inside Redis.
  *
  *   BENCH_REDIS_URL=redis://127.0.0.1:6390 node -r ../node_modules/ts-node/register/transpile-only src/redis-cost.ts
  *
@@ -54,17 +55,21 @@ async function main(): Promise<void> {
     // calls do not weigh on the figures.
     before = await redisServerSnapshot();
     const leases: Lease[] = [];
+    let cpu = process.cpuUsage();
     for (;;) {
       const got = await store.claim({ workerId: 'w1', handlers, limit: BATCH, leaseMs: 600_000 });
       if (got.length === 0) break;
       for (const d of got) leases.push(d.lease);
     }
+    const claimNode = process.cpuUsage(cpu);
     phases.claim = redisCostPerEvent(before, await redisServerSnapshot(), N);
     before = await redisServerSnapshot();
     let acked = 0;
+    cpu = process.cpuUsage();
     for (let i = 0; i < leases.length; i += BATCH) {
       acked += (await store.ackMany(leases.slice(i, i + BATCH))).length;
     }
+    const ackNode = process.cpuUsage(cpu);
     phases.ackMany = redisCostPerEvent(before, await redisServerSnapshot(), N);
     if (leases.length !== N || acked !== N) {
       throw new Error(`claimed ${leases.length}, acked ${acked} of ${N}`);
@@ -75,12 +80,14 @@ async function main(): Promise<void> {
       const { scriptUsPerEvent, callsPerEvent, cpuMsPer1000 } = p as Record<string, number>;
       return { scriptUs: scriptUsPerEvent, commands: callsPerEvent, cpuUs: cpuMsPer1000 };
     };
+    // This process's CPU per delivery in the phase: the store's JavaScript and ioredis.
+    const nodeUs = (u: NodeJS.CpuUsage) => +((u.user + u.system) / N).toFixed(1);
     const summary = {
       n: N,
       batch: BATCH,
       append: pick(phases.append),
-      claim: pick(phases.claim),
-      ackMany: pick(phases.ackMany),
+      claim: { ...pick(phases.claim), nodeCpuUs: nodeUs(claimNode) },
+      ackMany: { ...pick(phases.ackMany), nodeCpuUs: nodeUs(ackNode) },
     };
     console.log(JSON.stringify({ phases }));
     console.log(`REDIS_COST ${JSON.stringify(summary)}`);

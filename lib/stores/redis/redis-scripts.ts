@@ -447,10 +447,13 @@ for hi, h in ipairs(hs) do
   local r = redis.call('ZRANGE', hkey('q', h), '0', lastS, 'WITHSCORES')
   for j = 1, #r, 2 do table.insert(cands, { tonumber(r[j + 1]), hi, r[j], h }) end
 end
-table.sort(cands, function(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] end
-  return a[2] < b[2]
-end)
+-- One handler's candidates come from ZRANGE already in this order.
+if #hs > 1 then
+  table.sort(cands, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+end
 local out = {}
 local lu = now + leaseMs
 local luS = tostring(lu)
@@ -475,7 +478,9 @@ for j = 1, #cands do
     incr('l:' .. f[3], 1)
     incr('p:' .. f[3], -1)
     local e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa', 'av')
-    table.insert(out, { id, h, at, tok, lu, f[2], f[3], f[1], e[1], e[2], e[3], e[4] })
+    -- The token is tokenBase.<row number> and the lease deadline is the same for every row: the
+    -- client rebuilds both (a smaller reply to parse).
+    table.insert(out, { id, h, at, f[2], f[3], f[1], e[1], e[2], e[3], e[4] })
   end
 end
 for h, ids in pairs(taken) do
@@ -483,7 +488,7 @@ for h, ids in pairs(taken) do
   bulk('ZADD', hkey('l', h), leases[h])
 end
 bulk('ZREM', PEND, all)
-return out
+return { lu, out }
 `;
 
 const RENEW = `
@@ -504,7 +509,8 @@ const ACK_ONE = `
 local ackedIds, unleased, completed = {}, {}, {}
 local function ackOne(id, owner, token)
   if ackedIds[id] then return 0 end
-  local f = redis.call('HMGET', dkey(id), 'st', 'o', 'tk', 'lu', 'h', 't', 'k', 'sq', 'ev')
+  -- st, o, tk, lu, h, t, k, ev
+  local f = redis.call('HMGET', dkey(id), 'st', 'o', 'tk', 'lu', 'h', 't', 'k', 'ev')
   if not isOwned(f, owner, token) then return 0 end
   ackedIds[id] = true
   unleased[f[5]] = unleased[f[5]] or {}
@@ -519,9 +525,9 @@ local function ackOne(id, owner, token)
     if head and redis.call('HGET', dkey(head), 'ac') ~= '1' then activate(head) end
   end
   -- Delivered deliveries are deleted; the event stays for the retention window (idempotent append).
-  if redis.call('HINCRBY', ekey(f[9]), 'n', '-1') <= 0 then
+  if redis.call('HINCRBY', ekey(f[8]), 'n', '-1') <= 0 then
     table.insert(completed, nowS)
-    table.insert(completed, f[9])
+    table.insert(completed, f[8])
   end
   return 1
 end
