@@ -333,15 +333,31 @@ export class RedisOutboxStore implements OutboxStore {
   /**
    * `ack` for many leases: the ack script's logic applied to each lease in turn, on Redis `TIME`,
    * in one script per chunk of leases (a chunk keeps each script short for the other clients).
+   * Leases are sent grouped by owner (a worker acks its own), and the script answers with the
+   * positions it refused, so neither direction repeats what both sides know.
    */
   async ackMany(leases: Lease[]): Promise<string[]> {
     const acked: string[] = [];
     for (let i = 0; i < leases.length; i += ACK_MANY_CHUNK) {
-      const args = leases
-        .slice(i, i + ACK_MANY_CHUNK)
-        .flatMap((l) => [l.deliveryId, l.owner, l.token]);
-      const ids = (await this.run('ackMany', args)) as unknown[];
-      for (const id of ids) acked.push(String(id));
+      const byOwner = new Map<string, Lease[]>();
+      for (const lease of leases.slice(i, i + ACK_MANY_CHUNK)) {
+        const group = byOwner.get(lease.owner);
+        if (group) group.push(lease);
+        else byOwner.set(lease.owner, [lease]);
+      }
+      const args: string[] = [];
+      const order: Lease[] = [];
+      for (const [owner, group] of byOwner) {
+        args.push(owner, String(group.length));
+        for (const lease of group) {
+          args.push(lease.deliveryId, lease.token);
+          order.push(lease);
+        }
+      }
+      const refused = new Set(((await this.run('ackMany', args)) as number[]).map(Number));
+      order.forEach((lease, k) => {
+        if (!refused.has(k + 1)) acked.push(lease.deliveryId);
+      });
     }
     return acked;
   }

@@ -548,14 +548,25 @@ ackFlush()
 return r
 `;
 
-/** ARGV: B, then id, owner, token per lease. Returns the ids acknowledged. */
+/**
+ * ARGV: B, then per owner: owner, n, then id, token for each of its n leases. Returns the
+ * positions (1-based, in argument order) of the leases not acknowledged: usually none, so the
+ * reply stays small.
+ */
 const ACK_MANY = `
-local acked = {}
-for j = 2, #ARGV - 2, 3 do
-  if ackOne(ARGV[j], ARGV[j + 1], ARGV[j + 2]) == 1 then table.insert(acked, ARGV[j]) end
+local refused = {}
+local j, pos = 2, 0
+while j <= #ARGV do
+  local owner, n = ARGV[j], tonumber(ARGV[j + 1])
+  j = j + 2
+  for _ = 1, n do
+    pos = pos + 1
+    if ackOne(ARGV[j], owner, ARGV[j + 1]) == 0 then table.insert(refused, pos) end
+    j = j + 2
+  end
 end
 ackFlush()
-return acked
+return refused
 `;
 
 const RETRY = `
