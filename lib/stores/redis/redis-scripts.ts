@@ -27,6 +27,17 @@
  *                          one call, staged in bounded calls; the append script takes them and
  *                          deletes the hash (a TTL removes one an interrupted append left)
  *
+ * The layout has no version key: it has not changed since the store was written. Scripts of
+ * different library versions may therefore run against the same keys (a rolling deploy): each
+ * client runs its own scripts by SHA, and every version reads and writes the keys and fields above
+ * with the same meaning. A change to the layout must add a version key and an upgrade path.
+ *
+ * Cost per delivery (bench/RESULTS.md, "Redis store scripts"): a script reads and writes only what
+ * one delivery needs and writes what a batch shares once at its end: counters are summed in the
+ * script (`incr`, written by `flush`), sorted-set and DEL updates go out as one variadic command
+ * per key (`bulk`), and hot paths pass strings to redis.call (a Lua number is formatted with
+ * printf on every call).
+ *
  * Error entries in `er` are `{ j: 1, name, message, workerId, attempt, at }` where name, message
  * and workerId hold the JSON text of the string (made by JavaScript), so any string — lone UTF-16
  * surrogates included, which UTF-8 cannot carry — comes back exactly. Entries without `j` (written
