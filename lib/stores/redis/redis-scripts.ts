@@ -27,10 +27,10 @@
  *                          one call, staged in bounded calls; the append script takes them and
  *                          deletes the hash (a TTL removes one an interrupted append left)
  *
- * The layout has no version key: it has not changed since the store was written. Scripts of
- * different library versions may therefore run against the same keys (a rolling deploy): each
- * client runs its own scripts by SHA, and every version reads and writes the keys and fields above
- * with the same meaning. A change to the layout must add a version key and an upgrade path.
+ * The layout has no version key. The batched scripts (issue 9) kept it as it was: the same keys
+ * and fields with the same meanings, so stores of the versions before and after may run against
+ * the same keys (a rolling deploy; each client runs its own scripts by SHA). A change to the
+ * layout itself must add a version key and an upgrade path.
  *
  * Cost per delivery (bench/RESULTS.md, "Redis store scripts"): a script reads and writes only what
  * one delivery needs and writes what a batch shares once at its end: counters are summed in the
