@@ -46,6 +46,7 @@ async function main(): Promise<void> {
           payload: { orderId: i + j, total: i + j, lines: [{ sku: 'A-1', qty: 1 }] },
           headers: {},
           occurredAt: new Date(),
+          availableAt: null,
           handlers: ['H'],
         })),
       );
