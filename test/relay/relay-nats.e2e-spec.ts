@@ -1,0 +1,6 @@
+import { describeWithService } from '../support/services';
+import { relaySuite } from './relay.suite';
+
+describeWithService('nats', 'OutboxRelayModule over NATS (JetStream PubAck)', () =>
+  relaySuite('nats'),
+);
