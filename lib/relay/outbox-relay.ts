@@ -58,10 +58,13 @@ export abstract class OutboxRelay implements OnModuleInit, OnApplicationShutdown
 
   onModuleInit(): void {
     assertInstalled('OutboxRelayModule', ['@nestjs/microservices']);
-    const microservices = require('@nestjs/microservices') as typeof import('@nestjs/microservices');
+    const microservices =
+      require('@nestjs/microservices') as typeof import('@nestjs/microservices');
     const { client } = this.options;
     if (isClientOptions(client)) {
-      this.client = microservices.ClientProxyFactory.create(client as ClientProvider) as ClientProxy;
+      this.client = microservices.ClientProxyFactory.create(
+        client as ClientProvider,
+      ) as ClientProxy;
       this.ownClient = true;
     } else {
       let found: unknown;

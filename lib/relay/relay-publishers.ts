@@ -90,7 +90,10 @@ export function createPublisher(
 }
 
 /** Publishes the packet Nest's `ServerNats` reads (`{ pattern, data }` as JSON) through JetStream. */
-function jetStreamPublisher(client: { connect(): Promise<unknown>; unwrap<T>(): T }): RelayPublisher {
+function jetStreamPublisher(client: {
+  connect(): Promise<unknown>;
+  unwrap<T>(): T;
+}): RelayPublisher {
   // Loaded only here: NATS users have it installed, since Nest's ClientNats needs it too.
   const nats = require('nats') as typeof import('nats');
   let cached: { connection: NatsConnection; jetStream: JetStreamClient } | null = null;

@@ -17,13 +17,13 @@ export interface RelayKit {
   client(port: number, run: string): ClientProvider;
   /** The consumer's transport, straight to the broker. */
   server(run: string): MicroserviceOptions;
-  /** Event type (and pattern/subject/topic) used by the tests of this kit. */
+  /** Event type used by the tests of this kit. */
   type(run: string): string;
+  /** The relay's `pattern` option, when the pattern is not the event type. */
+  pattern?: (event: { type: string }) => string;
   /** What the consumer sees of the transport: native message id and the traceparent header. */
   inspect(context: unknown): { messageId?: string; traceparent?: string };
 }
-
-const host = (h: string) => h;
 
 export const KITS: Record<KitName, RelayKit> = {
   rabbitmq: {
@@ -40,15 +40,16 @@ export const KITS: Record<KitName, RelayKit> = {
     server: (run) => ({
       transport: Transport.RMQ,
       options: {
-        urls: [`amqp://guest:guest@${host(SERVICES.rabbitmq.host)}:${SERVICES.rabbitmq.port}`],
+        urls: [`amqp://guest:guest@${SERVICES.rabbitmq.host}:${SERVICES.rabbitmq.port}`],
         queue: `relay-${run}`,
         prefetchCount: 1,
       },
     }),
     type: (run) => `relay-${run}.order.placed`,
     inspect(context) {
-      const message = (context as { getMessage(): { properties: Record<string, any> } })
-        .getMessage();
+      const message = (
+        context as { getMessage(): { properties: Record<string, any> } }
+      ).getMessage();
       return {
         messageId: message.properties.messageId,
         traceparent: message.properties.headers?.traceparent,
@@ -83,16 +84,22 @@ export const KITS: Record<KitName, RelayKit> = {
   },
   mqtt: {
     name: 'mqtt',
-    target: { host: '127.0.0.1', port: 1883 },
+    target: SERVICES.mqtt,
     client: (port) => ({
       transport: Transport.MQTT,
       options: { url: `mqtt://127.0.0.1:${port}`, protocolVersion: 5, reconnectPeriod: 200 },
     }),
     server: () => ({
       transport: Transport.MQTT,
-      options: { url: 'mqtt://127.0.0.1:1883', protocolVersion: 5, subscribeOptions: { qos: 1 } },
+      options: {
+        url: `mqtt://${SERVICES.mqtt.host}:${SERVICES.mqtt.port}`,
+        protocolVersion: 5,
+        subscribeOptions: { qos: 1 },
+      },
     }),
-    type: (run) => `relay-${run}/order/placed`,
+    type: (run) => `relay-${run}.order.placed`,
+    // MQTT levels are separated by slashes.
+    pattern: (event) => event.type.replaceAll('.', '/'),
     inspect(context) {
       const packet = (
         context as { getPacket(): { properties?: { userProperties?: Record<string, string> } } }

@@ -70,7 +70,7 @@ export function relaySuite(name: KitName): void {
   class OrdersConsumer {
     constructor(@Inject(EFFECTS) private readonly fx: { insertSql: string }) {}
 
-    @EventPattern(type)
+    @EventPattern(kit.pattern ? kit.pattern({ type }) : type)
     @Inbox({ consumer: CONSUMER })
     async onOrder(
       @Payload() message: OutboxRelayMessage<{ n: number }>,
@@ -100,6 +100,7 @@ export function relaySuite(name: KitName): void {
           name: 'relay',
           client: kit.client(proxy.port, run),
           types: type,
+          pattern: kit.pattern,
           publishTimeoutMs: 1_500,
         }),
       ],
@@ -245,7 +246,9 @@ async function kitSetup(kit: RelayKit, run: string): Promise<void> {
   if (kit.name === 'nats') {
     const { connect } = await import('nats');
     const nc = await connect({ servers: `nats://${kit.target.host}:${kit.target.port}` });
-    await (await nc.jetstreamManager()).streams.add({
+    await (
+      await nc.jetstreamManager()
+    ).streams.add({
       name: `relay-${run}`,
       subjects: [`relay-${run}.>`],
     });
