@@ -3,6 +3,7 @@ import { ScheduleModule } from '@nestjs/schedule';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { OutboxAdminModule, OutboxModule } from 'nestjs-outbox';
 import { AdminKeyGuard } from './admin-key.guard';
+import { SampleRelayModule } from './relay/sample-relay.module';
 import { PointsController } from './players/points.controller';
 import { Player } from './players/player.entity';
 import { PlayersController } from './players/players.controller';
@@ -30,6 +31,8 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
     }),
     // Dead letters and stats at /outbox/..., behind an API key (header x-admin-key).
     OutboxAdminModule.register({ guards: [AdminKeyGuard] }),
+    // Off unless SAMPLE_BROKER=rabbitmq|nats: relays player events to the consumer process.
+    SampleRelayModule.fromEnv(),
   ],
   controllers: [PlayersController, PointsController],
   providers: [PlayersService, WelcomeHandler],
