@@ -1,7 +1,8 @@
 import { Controller, Logger } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { EntityManager } from 'typeorm';
-import { Inbox, InboxManager, OutboxRelayMessage } from 'nestjs-outbox';
+import { Inbox, InboxManager } from 'nestjs-outbox';
+import type { OutboxRelayMessage } from 'nestjs-outbox';
 import type { PlayerCreated } from '../players/players.service';
 import { PlayerCard } from './player-card.entity';
 
