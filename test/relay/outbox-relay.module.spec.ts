@@ -23,6 +23,7 @@ import {
 class RecordingClient extends ClientProxy {
   readonly emitted: ReadPacket[] = [];
   fail: Error | null = null;
+  hang = false;
   async connect(): Promise<void> {}
   async close(): Promise<void> {}
   unwrap<T>(): T {
@@ -34,6 +35,7 @@ class RecordingClient extends ClientProxy {
   }
   protected async dispatchEvent<T = any>(packet: ReadPacket): Promise<T> {
     if (this.fail) throw this.fail;
+    if (this.hang) return new Promise<T>(() => undefined);
     this.emitted.push(packet);
     return undefined as T;
   }
@@ -70,16 +72,16 @@ async function until(check: () => boolean | Promise<boolean>, ms = 5_000) {
 
 describe('OutboxRelayModule', () => {
   it.each([
-    [{ name: '' }, 'name'],
-    [{ name: '*' }, 'name'],
-    [{ client: undefined }, 'client'],
-    [{ types: [] }, 'types'],
-    [{ types: 'a/b' }, 'types'],
-    [{ filter: 'yes' }, 'filter'],
-    [{ pattern: 'p' }, 'pattern'],
-    [{ publishTimeoutMs: 0 }, 'publishTimeoutMs'],
-    [{ mqttQos: 0 }, 'mqttQos'],
-  ])('refuses %j, naming the field', (bad, field) => {
+    ['name', { name: '' }],
+    ['name', { name: '*' }],
+    ['client', { client: undefined }],
+    ['types', { types: [] }],
+    ['types', { types: 'a/b' }],
+    ['filter', { filter: 'yes' }],
+    ['pattern', { pattern: 'p' }],
+    ['publishTimeoutMs', { publishTimeoutMs: 0 }],
+    ['mqttQos', { mqttQos: 0 }],
+  ] as [string, object][])('refuses a bad %s (%j), naming it', (field, bad) => {
     const options = { name: 'r', client: 'BROKER', types: 'a.b', ...bad } as OutboxRelayOptions;
     expect(() => OutboxRelayModule.register(options)).toThrow(OutboxRelayOptionsError);
     expect(() => OutboxRelayModule.register(options)).toThrow(`"${field}"`);
@@ -150,6 +152,25 @@ describe('OutboxRelayModule', () => {
           },
         },
       ]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('a publish not confirmed within publishTimeoutMs fails its attempt with RelayPublishTimeoutError and is retried', async () => {
+    const client = new RecordingClient();
+    client.hang = true;
+    const { app, store, relay } = await start({ publishTimeoutMs: 50, maxAttempts: 2 }, client);
+    try {
+      const event = await app.get(OutboxService).append({ type: 'a.b', payload: {} });
+      await until(async () => (await store.stats()).dead === 1);
+      expect(relay.stats()).toMatchObject({ published: 0, failed: 2 });
+      const [dead] = (await store.listDeadLetters({ limit: 1 })).items;
+      expect(dead.errors.map((e) => e.name)).toEqual([
+        'RelayPublishTimeoutError',
+        'RelayPublishTimeoutError',
+      ]);
+      expect(dead.errors[0].message).toContain(`event ${event.id} within 50 ms`);
     } finally {
       await app.close();
     }

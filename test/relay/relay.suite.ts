@@ -208,6 +208,25 @@ export function relaySuite(name: KitName): void {
       expect([key, order]).toEqual([key, Array.from({ length: 10 }, (_, i) => i)]);
   }, 90_000);
 
+  it('a broker unreachable when the relay starts: its first publishes fail and are retried, and everything arrives once it is reachable', async () => {
+    await producer!.close();
+    proxy.disconnect();
+    producer = await startProducer();
+    const batch = events('late', 0, 5);
+    await dataSource.transaction((manager) =>
+      producer!.get(OutboxService).append(batch, { manager }),
+    );
+    await until(() => relay().stats().failed >= 2, 20_000, 'failed publishes');
+    expect(relay().stats().published).toBe(0);
+    proxy.restore();
+    await until(
+      async () => (await Promise.all(batch.map((e) => effects.count(e.id!)))).every((n) => n >= 1),
+      40_000,
+      'every event applied after the broker became reachable',
+    );
+    for (const event of batch) expect(await effects.count(event.id!)).toBe(1);
+  }, 90_000);
+
   it('a relay killed after the broker confirmed but before the ack: the next worker re-publishes, the consumer applies the event once', async () => {
     await producer!.close();
     producer = null;
