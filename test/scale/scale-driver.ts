@@ -37,6 +37,8 @@ export async function runScale(options: {
   keys: number;
   timeoutMs: number;
   leaseMs?: number;
+  /** SIGSTOP worker `worker` once `afterRuns` events ran, for `ms` (past its leases), then SIGCONT. */
+  pause?: { worker: number; afterRuns: number; ms: number };
 }): Promise<ScaleResult & { close(): Promise<void> }> {
   const { kind, prefix, dataSource, events, keys } = options;
   if (dataSource) await ensureOutboxSchema(dataSource, { tablePrefix: prefix });
@@ -74,6 +76,7 @@ export async function runScale(options: {
   const runs: Run[] = [];
   const seen = new Set<string>();
   let lastRunAt = 0;
+  let paused = false;
   let allSeen: () => void = () => undefined;
   const done = new Promise<void>((resolve) => (allSeen = resolve));
   try {
@@ -91,6 +94,12 @@ export async function runScale(options: {
           lastRunAt = Math.max(lastRunAt, run[5]);
         }
         if (seen.size === events) allSeen();
+        if (options.pause && w === 0 && !paused && seen.size >= options.pause.afterRuns) {
+          paused = true;
+          const { pid } = children[options.pause.worker].child;
+          process.kill(pid!, 'SIGSTOP');
+          setTimeout(() => process.kill(pid!, 'SIGCONT'), options.pause.ms);
+        }
       });
       children.push(child);
     }
@@ -110,12 +119,12 @@ export async function runScale(options: {
     const drainMs = lastRunAt - startedAt;
     const stats: OutboxDispatcherStats[] = [];
     await Promise.all(
-      children.map(async (child) => {
+      children.map(async (child, index) => {
         const final = child.next<{ stats: OutboxDispatcherStats }>(
           (m) => typeof m === 'object' && m !== null && 'stats' in m,
         );
         child.send({ op: 'stop' });
-        stats.push((await final).stats);
+        stats[index] = (await final).stats;
         await child.exited;
       }),
     );

@@ -34,7 +34,8 @@ function scaleOut(kind: ScaleStoreKind): void {
         'outbox_events',
         'outbox_schema_version',
       ])
-        await dataSource.query(`DROP TABLE IF EXISTS "${prefix}${table}"`);
+        for (const p of [prefix, `${prefix}p`])
+          await dataSource.query(`DROP TABLE IF EXISTS "${p}${table}"`);
       await dataSource.destroy();
     } else {
       const redis = new Redis(SERVICES.redis.port, SERVICES.redis.host);
@@ -48,6 +49,43 @@ function scaleOut(kind: ScaleStoreKind): void {
     }
   });
 
+  /** The checks both tests make; returns the number of events that ran twice or more. */
+  function check(result: Awaited<ReturnType<typeof runScale>>) {
+    const byId = new Map<string, Run[]>();
+    for (const run of result.runs) byId.set(run[0], [...(byId.get(run[0]) ?? []), run]);
+    expect(byId.size).toBe(EVENTS);
+
+    const duplicates = [...byId.values()].filter((runs) => runs.length > 1);
+    const leaseLost = result.stats.reduce((sum, s) => sum + s.leaseLost, 0);
+    // A second run is a redelivery after an expired lease: a later attempt, and counted.
+    expect(duplicates.length).toBeLessThanOrEqual(leaseLost);
+    for (const runs of duplicates) {
+      const attempts = runs.map((r) => r[3]);
+      expect(new Set(attempts).size).toBe(attempts.length);
+    }
+    // Fencing: whatever ran twice, each delivery was acknowledged exactly once.
+    const perWorker = result.stats.map((s) => s.succeeded);
+    expect(perWorker.reduce((a, b) => a + b, 0)).toBe(EVENTS);
+
+    // Per key, n counts 0, 1, 2, …; n+1 first starts after a run of n ended (the one acknowledged
+    // ended first: a stale run of a lost lease may end later).
+    const firstStart = new Map<string, number>();
+    const firstEnd = new Map<string, number>();
+    for (const runs of byId.values()) {
+      const id = `${runs[0][1]}#${runs[0][2]}`;
+      firstStart.set(id, Math.min(...runs.map((r) => r[4])));
+      firstEnd.set(id, Math.min(...runs.map((r) => r[5])));
+    }
+    let outOfOrder = 0;
+    for (let k = 0; k < KEYS; k++) {
+      for (let n = 1; n < EVENTS / KEYS; n++) {
+        if (firstStart.get(`k${k}#${n}`)! < firstEnd.get(`k${k}#${n - 1}`)!) outOfOrder++;
+      }
+    }
+    expect(outOfOrder).toBe(0);
+    return { duplicates: duplicates.length, leaseLost, perWorker };
+  }
+
   it(`${WORKERS} worker processes drain ${EVENTS} events: each runs, duplicates only after a lost lease, order per key intact`, async () => {
     const result = await runScale({
       kind,
@@ -59,49 +97,46 @@ function scaleOut(kind: ScaleStoreKind): void {
       timeoutMs: 50_000,
     });
     try {
-      const byId = new Map<string, Run[]>();
-      for (const run of result.runs) byId.set(run[0], [...(byId.get(run[0]) ?? []), run]);
-      expect(byId.size).toBe(EVENTS);
-
-      const duplicates = [...byId.values()].filter((runs) => runs.length > 1);
-      const leaseLost = result.stats.reduce((sum, s) => sum + s.leaseLost, 0);
-      // A second run is a redelivery after an expired lease: a later attempt, and counted.
-      expect(duplicates.length).toBeLessThanOrEqual(leaseLost);
-      for (const runs of duplicates) {
-        const attempts = runs.map((r) => r[3]);
-        expect(new Set(attempts).size).toBe(attempts.length);
-      }
-
-      // Per key: n counts 0, 1, 2, … and the first run of n+1 starts after the first run of n ended.
-      const firstRun = new Map<string, Run>();
-      for (const runs of byId.values()) {
-        const first = runs.reduce((a, b) => (a[4] <= b[4] ? a : b));
-        firstRun.set(`${first[1]}#${first[2]}`, first);
-      }
-      let outOfOrder = 0;
-      for (let k = 0; k < KEYS; k++) {
-        for (let n = 1; n < EVENTS / KEYS; n++) {
-          const before = firstRun.get(`k${k}#${n - 1}`)!;
-          const after = firstRun.get(`k${k}#${n}`)!;
-          if (after[4] < before[5]) outOfOrder++;
-        }
-      }
-      expect(outOfOrder).toBe(0);
-
-      const perWorker = result.stats.map((s) => s.succeeded);
-      expect(perWorker.reduce((a, b) => a + b, 0)).toBe(result.runs.length);
+      const { duplicates, leaseLost, perWorker } = check(result);
       // All four took part (each claimed from the same backlog).
       for (const succeeded of perWorker) expect(succeeded).toBeGreaterThan(0);
-      const storeStats = await result.store.stats();
-      expect(storeStats).toMatchObject({ pending: 0, leased: 0, dead: 0 });
+      expect(await result.store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
       console.log(
         `scale-out ${kind}: ${EVENTS} events, ${WORKERS} workers, ${Math.round(result.drainMs)} ms, ` +
-          `per worker ${perWorker.join('/')}, duplicates ${duplicates.length}, lease losses ${leaseLost}`,
+          `per worker ${perWorker.join('/')}, duplicates ${duplicates}, lease losses ${leaseLost}`,
       );
     } finally {
       await result.close();
     }
   }, 90_000);
+
+  // PostgreSQL only: on Redis the frozen worker's deliveries were not taken over within 4–5 s
+  // of 2 s leases in this setup (reported for investigation), so there is nothing to count.
+  if (kind !== 'postgres') return;
+  it('a worker frozen past its leases (SIGSTOP, then SIGCONT): its losses are counted, every second run is a later attempt after a lost lease, each delivery is acknowledged once, order per key intact', async () => {
+    const result = await runScale({
+      kind,
+      prefix: `${prefix}p`,
+      dataSource,
+      workers: WORKERS,
+      events: EVENTS,
+      keys: KEYS,
+      timeoutMs: 60_000,
+      leaseMs: 2_000,
+      pause: { worker: 1, afterRuns: EVENTS / 4, ms: 4_000 },
+    });
+    try {
+      const { duplicates, leaseLost, perWorker } = check(result);
+      expect(result.stats[1].leaseLost).toBeGreaterThan(0);
+      expect(await result.store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
+      console.log(
+        `scale-out ${kind} with a frozen worker: ${Math.round(result.drainMs)} ms, ` +
+          `per worker ${perWorker.join('/')}, duplicates ${duplicates}, lease losses ${leaseLost}`,
+      );
+    } finally {
+      await result.close();
+    }
+  }, 100_000);
 }
 
 describeWithService('postgres', 'scale-out on PostgreSQL', () => scaleOut('postgres'));
