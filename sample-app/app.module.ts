@@ -15,6 +15,8 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
 @Module({
   imports: [
     ScheduleModule.forRoot(),
+    // Off unless SAMPLE_BROKER=rabbitmq|nats: relays player events to the consumer process.
+    SampleRelayModule.fromEnv(),
     TypeOrmModule.forRoot({
       type: 'better-sqlite3',
       database: SAMPLE_DATABASE,
@@ -31,8 +33,6 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
     }),
     // Dead letters and stats at /outbox/..., behind an API key (header x-admin-key).
     OutboxAdminModule.register({ guards: [AdminKeyGuard] }),
-    // Off unless SAMPLE_BROKER=rabbitmq|nats: relays player events to the consumer process.
-    SampleRelayModule.fromEnv(),
   ],
   controllers: [PlayersController, PointsController],
   providers: [PlayersService, WelcomeHandler],
