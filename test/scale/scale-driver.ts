@@ -17,6 +17,8 @@ export type ScaleStoreKind = 'postgres' | 'redis';
 
 export interface ScaleResult {
   runs: Run[];
+  /** The worker `pause` froze. */
+  pausedWorker: number | null;
   stats: OutboxDispatcherStats[];
   /** From the workers' start signal to the last handler run reported. */
   drainMs: number;
@@ -37,8 +39,8 @@ export async function runScale(options: {
   keys: number;
   timeoutMs: number;
   leaseMs?: number;
-  /** SIGSTOP worker `worker` once `afterRuns` events ran, for `ms` (past its leases), then SIGCONT. */
-  pause?: { worker: number; afterRuns: number; ms: number };
+  /** Once `afterRuns` events ran, SIGSTOP the worker reporting, for `ms` (past its leases). */
+  pause?: { afterRuns: number; ms: number };
 }): Promise<ScaleResult & { close(): Promise<void> }> {
   const { kind, prefix, dataSource, events, keys } = options;
   if (dataSource) await ensureOutboxSchema(dataSource, { tablePrefix: prefix });
@@ -76,7 +78,7 @@ export async function runScale(options: {
   const runs: Run[] = [];
   const seen = new Set<string>();
   let lastRunAt = 0;
-  let paused = false;
+  let pausedWorker: number | null = null;
   let allSeen: () => void = () => undefined;
   const done = new Promise<void>((resolve) => (allSeen = resolve));
   try {
@@ -94,9 +96,10 @@ export async function runScale(options: {
           lastRunAt = Math.max(lastRunAt, run[5]);
         }
         if (seen.size === events) allSeen();
-        if (options.pause && w === 0 && !paused && seen.size >= options.pause.afterRuns) {
-          paused = true;
-          const { pid } = children[options.pause.worker].child;
+        // Freeze the worker that just reported runs: it holds leases right now.
+        if (options.pause && pausedWorker === null && seen.size >= options.pause.afterRuns) {
+          pausedWorker = w;
+          const { pid } = child.child;
           process.kill(pid!, 'SIGSTOP');
           setTimeout(() => process.kill(pid!, 'SIGCONT'), options.pause.ms);
         }
@@ -130,6 +133,7 @@ export async function runScale(options: {
     );
     return {
       runs,
+      pausedWorker,
       stats,
       drainMs,
       store: producer.get<OutboxStore>(OUTBOX_STORE),
