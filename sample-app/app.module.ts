@@ -3,6 +3,7 @@ import { ScheduleModule } from '@nestjs/schedule';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { OutboxAdminModule, OutboxModule } from 'nestjs-outbox';
 import { AdminKeyGuard } from './admin-key.guard';
+import { SampleRelayModule } from './relay/sample-relay.module';
 import { PointsController } from './players/points.controller';
 import { Player } from './players/player.entity';
 import { PlayersController } from './players/players.controller';
@@ -14,6 +15,8 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
 @Module({
   imports: [
     ScheduleModule.forRoot(),
+    // Off unless SAMPLE_BROKER=rabbitmq|nats: relays player events to the consumer process.
+    SampleRelayModule.fromEnv(),
     TypeOrmModule.forRoot({
       type: 'better-sqlite3',
       database: SAMPLE_DATABASE,

@@ -3,7 +3,7 @@
  * (round 1: a b c …, round 2: b c … a, …), then prints medians and paired ratios (each ratio is
  * taken within one round, where both runs saw the same machine load, then the median of those).
  *
- *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3] [dispatch] [wake] [wakecost]
+ *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3] [dispatch] [wake] [wakecost] [scale]
  *   BENCH_ROUNDS=3 (default); BENCH_S2_VARIANTS=ours-sqlite,pgboss (etc.) picks variants
  */
 import { spawnSync } from 'node:child_process';
@@ -165,6 +165,36 @@ const SCENARIOS: Scenario[] = [
       ['append-pg-on-8', 'append-pg-off-8', 0.9],
       ['append-redis-on-1', 'append-redis-off-1', 0.9],
       ['append-redis-on-8', 'append-redis-off-8', 0.9],
+    ],
+    metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
+  },
+  {
+    id: 'scale',
+    file: 'scale.ts',
+    title: `Scale-out — drain of ${envInt('BENCH_SCALE_N', 20_000)} pre-filled events by 1, 2 and 4 worker processes on one store, no key; no-op handler at default settings, and (-io) a handler waiting ${envInt('BENCH_SCALE_IO_MS', 5)} ms at concurrency ${envInt('BENCH_SCALE_IO_CONCURRENCY', 10)} (events/s)`,
+    variants: [
+      'pg-1',
+      'pg-2',
+      'pg-4',
+      'redis-1',
+      'redis-2',
+      'redis-4',
+      'pg-1-io',
+      'pg-2-io',
+      'pg-4-io',
+      'redis-1-io',
+      'redis-2-io',
+      'redis-4-io',
+    ],
+    pairs: [
+      ['pg-2', 'pg-1'],
+      ['pg-4', 'pg-1'],
+      ['redis-2', 'redis-1'],
+      ['redis-4', 'redis-1'],
+      ['pg-2-io', 'pg-1-io'],
+      ['pg-4-io', 'pg-1-io'],
+      ['redis-2-io', 'redis-1-io'],
+      ['redis-4-io', 'redis-1-io'],
     ],
     metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
   },

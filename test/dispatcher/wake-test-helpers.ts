@@ -1,7 +1,7 @@
-import { ChildProcess, fork } from 'node:child_process';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { Injectable } from '@nestjs/common';
 import { OutboxEvent, OutboxHandler } from 'nestjs-outbox';
+import { forkFixture } from '../support/child-process';
 import type { AppendCommand } from './fixtures/wake-producer';
 
 export interface Producer {
@@ -10,47 +10,26 @@ export interface Producer {
 }
 
 /** Starts the producer fixture in a child process (its own store, connections and registry). */
-export function spawnProducer(env: Record<string, string>): Promise<Producer> {
-  return new Promise((done, fail) => {
-    const child: ChildProcess = fork(join(__dirname, 'fixtures', 'wake-producer.ts'), [], {
-      cwd: resolve(__dirname, '..', '..'),
-      execArgv: ['-r', 'ts-node/register/transpile-only'],
-      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json', ...env },
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-    });
-    let stderr = '';
-    child.stderr?.on('data', (chunk) => (stderr += chunk));
-    child.once('exit', (code) => fail(new Error(`producer exited (${code}): ${stderr}`)));
-    let pending: ((reply: { ok: boolean; ids: string[]; ms: number; error?: string }) => void)[] =
-      [];
-    child.on('message', (message) => {
-      if (message === 'ready') {
-        done({
-          append: (command) =>
-            new Promise((ok, ko) => {
-              pending.push((reply) =>
-                reply.ok ? ok(reply) : ko(new Error(reply.error ?? 'append failed')),
-              );
-              child.send({ op: 'append', ...command });
-            }),
-          close: () =>
-            new Promise<void>((closed) => {
-              child.removeAllListeners('exit');
-              const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
-              child.once('exit', () => {
-                clearTimeout(timer);
-                closed();
-              });
-              child.send({ op: 'exit' });
-            }),
-        });
-        return;
-      }
-      const [first, ...rest] = pending;
-      pending = rest;
-      first?.(message as never);
-    });
-  });
+export async function spawnProducer(env: Record<string, string>): Promise<Producer> {
+  const child = forkFixture(join(__dirname, 'fixtures', 'wake-producer.ts'), env);
+  await child.next((message) => message === 'ready');
+  type Reply = { ok: boolean; ids: string[]; ms: number; error?: string };
+  return {
+    // Replies come in request order; concurrent appends take them first come, first served.
+    async append(command) {
+      const reply = child.next<Reply>((m) => typeof m === 'object' && m !== null, 120_000);
+      child.send({ op: 'append', ...command });
+      const answer = await reply;
+      if (!answer.ok) throw new Error(answer.error ?? 'append failed');
+      return answer;
+    },
+    async close() {
+      const timer = setTimeout(() => void child.kill(), 5_000);
+      child.send({ op: 'exit' });
+      await child.exited;
+      clearTimeout(timer);
+    },
+  };
 }
 
 /** The worker's handlers: `wake.known` (the producer may know it too) and `wake.unknown`. */

@@ -1,9 +1,9 @@
-import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { DataSource } from 'typeorm';
 import { OutboxHandlerRegistry } from 'nestjs-outbox';
 import { ensureInboxSchema, InboxService } from 'nestjs-outbox';
+import { forkFixture } from '../support/child-process';
 import { createOutboxApp } from '../support/outbox-app';
 import { describeWithService } from '../support/services';
 import { CRASH_EFFECTS, CrashConsumer, deliverTo } from './fixtures/crash-consumer';
@@ -16,27 +16,17 @@ import {
 } from './inbox-test-helpers';
 
 /** Runs the fixture in a child process until it has written its effect, then SIGKILLs it. */
-function crashMidHandler(env: Record<string, string>): Promise<{ signal: NodeJS.Signals | null }> {
-  return new Promise((done, fail) => {
-    const child = fork(join(__dirname, 'fixtures', 'crash-consumer.ts'), [], {
-      cwd: resolve(__dirname, '..', '..'),
-      execArgv: ['-r', 'ts-node/register/transpile-only'],
-      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json', ...env },
-      stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
-    });
-    let stderr = '';
-    child.stderr?.on('data', (chunk) => (stderr += chunk));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.on('message', (message) => {
-      if (message === 'effect-written') child.kill('SIGKILL');
-      else fail(new Error(`child said ${String(message)}`));
-    });
-    child.on('exit', (_code, signal) => {
-      clearTimeout(timer);
-      if (signal === 'SIGKILL') done({ signal });
-      else fail(new Error(`child exited without being killed: ${stderr}`));
-    });
-  });
+async function crashMidHandler(
+  env: Record<string, string>,
+): Promise<{ signal: NodeJS.Signals | null }> {
+  const child = forkFixture(join(__dirname, 'fixtures', 'crash-consumer.ts'), env);
+  try {
+    const message = await child.next(() => true, 30_000);
+    if (message !== 'effect-written') throw new Error(`child said ${String(message)}`);
+  } finally {
+    await child.kill();
+  }
+  return { signal: (await child.exited).signal };
 }
 
 function crashWindow(dialect: Exclude<InboxTestDialect, 'sqlite'>): void {

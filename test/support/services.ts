@@ -12,6 +12,7 @@ export const SERVICES = {
     port: Number(process.env.REDIS_PORT ?? 6379),
   },
   nats: { host: '127.0.0.1', port: 4222 },
+  mqtt: { host: '127.0.0.1', port: 1883 },
   rabbitmq: {
     host: process.env.RABBITMQ_HOST ?? '127.0.0.1',
     port: Number(process.env.RABBITMQ_PORT ?? 5672),

@@ -1,0 +1,11 @@
+export { OutboxRelayModule } from './outbox-relay.module';
+export { OutboxRelay, getOutboxRelayToken } from './outbox-relay';
+export type {
+  OutboxRelayOptions,
+  OutboxRelayMessage,
+  OutboxRelayStats,
+} from './outbox-relay-options.interface';
+export type { RelayTransport } from './relay-publishers';
+export { OutboxRelayOptionsError } from './outbox-relay-options.error';
+export { RelayPublishTimeoutError } from './relay-publish-timeout.error';
+export { RELAY_HEADERS, TRACE_HEADERS } from './relay-message';

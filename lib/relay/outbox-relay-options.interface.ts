@@ -1,0 +1,67 @@
+import type { InjectionToken } from '@nestjs/common';
+import type { ClientProvider } from '@nestjs/microservices';
+import type { OutboxEvent } from '../interfaces/outbox-event.interface';
+import type { BackoffOptions } from '../interfaces/outbox-module-options.interface';
+
+/** Options of `OutboxRelayModule.register()`: one relay is one outbox handler. */
+export interface OutboxRelayOptions {
+  /**
+   * Stable handler name, stored with every delivery (retries, dead letters and replay go by it).
+   * Renaming it strands open deliveries under the old name.
+   */
+  name: string;
+  /**
+   * The `@nestjs/microservices` client to publish with: the injection token of a `ClientProxy`
+   * (e.g. the `name` given to `ClientsModule.register`), or client options
+   * (`{ transport: Transport.RMQ, options: { … } }`), from which the relay creates and closes its
+   * own client.
+   */
+  client: InjectionToken | ClientProvider;
+  /** Event types this relay publishes (it claims only these). */
+  types: string | string[];
+  /** Return false to skip an event: its delivery is acknowledged without publishing. */
+  filter?: (event: OutboxEvent) => boolean;
+  /** Pattern (RabbitMQ/NATS/Redis pattern, MQTT/Kafka topic) per event. @default event.type */
+  pattern?: (event: OutboxEvent) => string;
+  /**
+   * Bound on one publish including the broker's confirmation; a publish that is not confirmed in
+   * time counts as a failed attempt (retried with backoff). Keep it below `timeoutMs`.
+   * @default 10_000
+   */
+  publishTimeoutMs?: number;
+  /** MQTT quality of service; 0 is refused (it has no acknowledgement). @default 1 */
+  mqttQos?: 1 | 2;
+  /** @default dispatcher.maxAttempts */
+  maxAttempts?: number;
+  /** Merged over dispatcher.backoff. */
+  backoff?: BackoffOptions;
+  /** Handler timeout. @default dispatcher.handlerTimeoutMs */
+  timeoutMs?: number;
+}
+
+/**
+ * The body every relayed message carries (the `data` of Nest's packet). `id` is the event id at
+ * the top level, where `@Inbox()` looks for a microservice message's id by default.
+ */
+export interface OutboxRelayMessage<TPayload = unknown> {
+  id: string;
+  type: string;
+  key: string | null;
+  /** ISO 8601. */
+  occurredAt: string;
+  payload: TPayload;
+  /** The event's headers (trace context, tenant, correlation). */
+  headers: Record<string, string>;
+}
+
+/** Counters of one relay since bootstrap. */
+export interface OutboxRelayStats {
+  /** Publishes the broker confirmed. */
+  published: number;
+  /** Confirmed publishes the broker reported as duplicates (NATS JetStream `Nats-Msg-Id`). */
+  duplicates: number;
+  /** Publishes that failed or timed out (each one is retried by the dispatcher). */
+  failed: number;
+  /** Events `filter` skipped. */
+  skipped: number;
+}

@@ -1,0 +1,6 @@
+import { describeWithService } from '../support/services';
+import { relaySuite } from './relay.suite';
+
+describeWithService('rabbitmq', 'OutboxRelayModule over RabbitMQ (publisher confirms)', () =>
+  relaySuite('rabbitmq'),
+);

@@ -1,0 +1,147 @@
+import { INestApplicationContext, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { join } from 'node:path';
+import type { DataSource } from 'typeorm';
+import {
+  ensureOutboxSchema,
+  OutboxDispatcherStats,
+  OutboxModule,
+  OutboxService,
+  OutboxStore,
+  OUTBOX_STORE,
+} from 'nestjs-outbox';
+import { FixtureProcess, forkFixture } from '../support/child-process';
+import { Run, SCALE_TYPE, ScaleHandler, scaleStore } from './fixtures/scale-worker';
+
+export type ScaleStoreKind = 'postgres' | 'redis';
+
+export interface ScaleResult {
+  runs: Run[];
+  /** The worker `pause` froze. */
+  pausedWorker: number | null;
+  stats: OutboxDispatcherStats[];
+  /** From the workers' start signal to the last handler run reported. */
+  drainMs: number;
+  store: OutboxStore;
+}
+
+/**
+ * Appends `events` (spread round-robin over `keys` keys, `n` counting up within each key) from an
+ * API-style app, starts `workers` worker processes, sends them 'go' together and waits until every
+ * event has run; then stops the workers (graceful shutdown) and collects their counters.
+ */
+export async function runScale(options: {
+  kind: ScaleStoreKind;
+  prefix: string;
+  dataSource: DataSource | null;
+  workers: number;
+  events: number;
+  keys: number;
+  timeoutMs: number;
+  leaseMs?: number;
+  /** Once `afterRuns` events ran, SIGSTOP the worker reporting, for `ms` (past its leases). */
+  pause?: { afterRuns: number; ms: number };
+}): Promise<ScaleResult & { close(): Promise<void> }> {
+  const { kind, prefix, dataSource, events, keys } = options;
+  if (dataSource) await ensureOutboxSchema(dataSource, { tablePrefix: prefix });
+  @Module({
+    imports: [
+      OutboxModule.forRoot({
+        store: scaleStore(kind, prefix, dataSource),
+        dispatcher: { enabled: false, wakeups: false },
+      }),
+    ],
+    // Registered here too, so appends write the handler's deliveries directly (no placeholders).
+    providers: [ScaleHandler],
+  })
+  class ProducerModule {}
+  const producer: INestApplicationContext = await NestFactory.createApplicationContext(
+    ProducerModule,
+    { logger: false },
+  );
+  const outbox = producer.get(OutboxService);
+  for (let from = 0; from < events; from += 1_000) {
+    const count = Math.min(1_000, events - from);
+    await outbox.append(
+      Array.from({ length: count }, (_, i) => {
+        const index = from + i;
+        return {
+          type: SCALE_TYPE,
+          key: `k${index % keys}`,
+          payload: { n: Math.floor(index / keys) },
+        };
+      }),
+    );
+  }
+
+  const children: FixtureProcess[] = [];
+  const runs: Run[] = [];
+  const seen = new Set<string>();
+  let lastRunAt = 0;
+  let pausedWorker: number | null = null;
+  let allSeen: () => void = () => undefined;
+  const done = new Promise<void>((resolve) => (allSeen = resolve));
+  try {
+    for (let w = 0; w < options.workers; w++) {
+      const child = forkFixture(join(__dirname, 'fixtures', 'scale-worker.ts'), {
+        SCALE_STORE: kind,
+        SCALE_PREFIX: prefix,
+        SCALE_WORKER_ID: `scale-${w}`,
+        SCALE_LEASE_MS: String(options.leaseMs ?? 30_000),
+      });
+      child.child.on('message', (message: { runs?: Run[] }) => {
+        for (const run of message.runs ?? []) {
+          runs.push(run);
+          seen.add(run[0]);
+          lastRunAt = Math.max(lastRunAt, run[5]);
+        }
+        if (seen.size === events) allSeen();
+        // Freeze the worker that just reported runs: it holds leases right now.
+        if (options.pause && pausedWorker === null && seen.size >= options.pause.afterRuns) {
+          pausedWorker = w;
+          const { pid } = child.child;
+          process.kill(pid!, 'SIGSTOP');
+          setTimeout(() => process.kill(pid!, 'SIGCONT'), options.pause.ms);
+        }
+      });
+      children.push(child);
+    }
+    await Promise.all(children.map((c) => c.next((m) => m === 'ready')));
+    const startedAt = performance.timeOrigin + performance.now();
+    for (const child of children) child.send({ op: 'go' });
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      done,
+      new Promise<never>((_, fail) => {
+        timer = setTimeout(
+          () => fail(new Error(`${seen.size} of ${events} events ran in ${options.timeoutMs} ms`)),
+          options.timeoutMs,
+        );
+      }),
+    ]).finally(() => clearTimeout(timer));
+    const drainMs = lastRunAt - startedAt;
+    const stats: OutboxDispatcherStats[] = [];
+    await Promise.all(
+      children.map(async (child, index) => {
+        const final = child.next<{ stats: OutboxDispatcherStats }>(
+          (m) => typeof m === 'object' && m !== null && 'stats' in m,
+        );
+        child.send({ op: 'stop' });
+        stats[index] = (await final).stats;
+        await child.exited;
+      }),
+    );
+    return {
+      runs,
+      pausedWorker,
+      stats,
+      drainMs,
+      store: producer.get<OutboxStore>(OUTBOX_STORE),
+      close: () => producer.close(),
+    };
+  } catch (error) {
+    await Promise.all(children.map((c) => c.kill()));
+    await producer.close();
+    throw error;
+  }
+}

@@ -1,0 +1,142 @@
+import Redis from 'ioredis';
+import { randomBytes } from 'node:crypto';
+import { DataSource } from 'typeorm';
+import { describeWithService, SERVICES } from '../support/services';
+import { dataSourceOptions, uniquePrefix } from '../stores/typeorm/typeorm-test-helpers';
+import { Run } from './fixtures/scale-worker';
+import { runScale, ScaleStoreKind } from './scale-driver';
+
+const WORKERS = 4;
+const EVENTS = 20_000;
+const KEYS = 200;
+const FROZEN_KEYS = 2_000;
+
+/**
+ * README "Scaling out": 4 worker processes drain one backlog on one store. Every delivery runs;
+ * a second run of an event is allowed only after a lease was lost (counted by the workers), and
+ * then only as a later attempt; per key, event n+1 starts only after event n's run ended.
+ */
+function scaleOut(kind: ScaleStoreKind): void {
+  let dataSource: DataSource | null = null;
+  let prefix: string;
+
+  beforeAll(async () => {
+    prefix =
+      kind === 'postgres' ? uniquePrefix('scale') : `scale-${randomBytes(4).toString('hex')}`;
+    if (kind === 'postgres')
+      dataSource = await new DataSource(dataSourceOptions('postgres')).initialize();
+  });
+
+  afterAll(async () => {
+    if (dataSource) {
+      for (const table of [
+        'outbox_deliveries',
+        'outbox_dead_letters',
+        'outbox_events',
+        'outbox_schema_version',
+      ])
+        for (const p of [prefix, `${prefix}p`])
+          await dataSource.query(`DROP TABLE IF EXISTS "${p}${table}"`);
+      await dataSource.destroy();
+    } else {
+      const redis = new Redis(SERVICES.redis.port, SERVICES.redis.host);
+      let cursor = '0';
+      do {
+        const [next, keys] = await redis.scan(cursor, 'MATCH', `*${prefix}*`, 'COUNT', 1000);
+        if (keys.length) await redis.del(...keys);
+        cursor = next;
+      } while (cursor !== '0');
+      await redis.quit();
+    }
+  });
+
+  /** The checks both tests make; returns the number of events that ran twice or more. */
+  function check(result: Awaited<ReturnType<typeof runScale>>, keys: number) {
+    const byId = new Map<string, Run[]>();
+    for (const run of result.runs) byId.set(run[0], [...(byId.get(run[0]) ?? []), run]);
+    expect(byId.size).toBe(EVENTS);
+
+    const duplicates = [...byId.values()].filter((runs) => runs.length > 1);
+    const leaseLost = result.stats.reduce((sum, s) => sum + s.leaseLost, 0);
+    // A second run is a redelivery after an expired lease: a later attempt, and counted.
+    expect(duplicates.length).toBeLessThanOrEqual(leaseLost);
+    for (const runs of duplicates) {
+      const attempts = runs.map((r) => r[3]);
+      expect(new Set(attempts).size).toBe(attempts.length);
+    }
+    // Fencing: whatever ran twice, each delivery was acknowledged exactly once.
+    const perWorker = result.stats.map((s) => s.succeeded);
+    expect(perWorker.reduce((a, b) => a + b, 0)).toBe(EVENTS);
+
+    // Per key, n counts 0, 1, 2, …; n+1 first starts after a run of n ended (the one acknowledged
+    // ended first: a stale run of a lost lease may end later).
+    const firstStart = new Map<string, number>();
+    const firstEnd = new Map<string, number>();
+    for (const runs of byId.values()) {
+      const id = `${runs[0][1]}#${runs[0][2]}`;
+      firstStart.set(id, Math.min(...runs.map((r) => r[4])));
+      firstEnd.set(id, Math.min(...runs.map((r) => r[5])));
+    }
+    let outOfOrder = 0;
+    for (let k = 0; k < keys; k++) {
+      for (let n = 1; n < EVENTS / keys; n++) {
+        if (firstStart.get(`k${k}#${n}`)! < firstEnd.get(`k${k}#${n - 1}`)!) outOfOrder++;
+      }
+    }
+    expect(outOfOrder).toBe(0);
+    return { duplicates: duplicates.length, leaseLost, perWorker };
+  }
+
+  it(`${WORKERS} worker processes drain ${EVENTS} events: each runs, duplicates only after a lost lease, order per key intact`, async () => {
+    const result = await runScale({
+      kind,
+      prefix,
+      dataSource,
+      workers: WORKERS,
+      events: EVENTS,
+      keys: KEYS,
+      timeoutMs: 50_000,
+    });
+    try {
+      const { duplicates, leaseLost, perWorker } = check(result, KEYS);
+      // All four took part (each claimed from the same backlog).
+      for (const succeeded of perWorker) expect(succeeded).toBeGreaterThan(0);
+      expect(await result.store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
+      console.log(
+        `scale-out ${kind}: ${EVENTS} events, ${WORKERS} workers, ${Math.round(result.drainMs)} ms, ` +
+          `per worker ${perWorker.join('/')}, duplicates ${duplicates}, lease losses ${leaseLost}`,
+      );
+    } finally {
+      await result.close();
+    }
+  }, 90_000);
+
+  it('a worker frozen past its leases (SIGSTOP, then SIGCONT): its losses are counted, every second run is a later attempt after a lost lease, each delivery is acknowledged once, order per key intact', async () => {
+    const result = await runScale({
+      kind,
+      prefix: `${prefix}p`,
+      dataSource,
+      workers: WORKERS,
+      events: EVENTS,
+      // More keys than the workers claim at once, so the frozen one surely holds some.
+      keys: FROZEN_KEYS,
+      timeoutMs: 60_000,
+      leaseMs: 2_000,
+      pause: { afterRuns: EVENTS / 4, ms: 4_000 },
+    });
+    try {
+      const { duplicates, leaseLost, perWorker } = check(result, FROZEN_KEYS);
+      expect(result.stats[result.pausedWorker!].leaseLost).toBeGreaterThan(0);
+      expect(await result.store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0 });
+      console.log(
+        `scale-out ${kind} with a frozen worker: ${Math.round(result.drainMs)} ms, ` +
+          `per worker ${perWorker.join('/')}, duplicates ${duplicates}, lease losses ${leaseLost}`,
+      );
+    } finally {
+      await result.close();
+    }
+  }, 100_000);
+}
+
+describeWithService('postgres', 'scale-out on PostgreSQL', () => scaleOut('postgres'));
+describeWithService('redis', 'scale-out on Redis', () => scaleOut('redis'));
