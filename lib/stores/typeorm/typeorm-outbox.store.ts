@@ -425,7 +425,8 @@ export class TypeOrmOutboxStore implements OutboxStore {
       limit,
       lock,
       within,
-    }) => sql`SELECT c.id FROM ${this.D} c${within ? sql` ${d.byId}` : EMPTY}
+      columns,
+    }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${this.D} c${within ? sql` ${d.byId}` : EMPTY}
 WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
   AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
   AND (c.event_key IS NULL OR (NOT EXISTS (

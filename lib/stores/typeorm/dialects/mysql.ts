@@ -130,6 +130,10 @@ const LOCK_TAG = 'nestjs-outbox:';
 /** Candidates read per claim, as a multiple of the limit, for concurrent claimers to share. */
 const CLAIM_WINDOW = 4;
 
+/** The columns MariaDB's claim copies onto the rows it leases (every NOT NULL one without default). */
+const CLAIM_COPY =
+  'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors';
+
 /** `2026-01-02 03:04:05.678` in UTC, the literal form of a `DATETIME(3)`. */
 function utcLiteral(value: Date): string {
   return value.toISOString().replace('T', ' ').replace('Z', '');
@@ -147,13 +151,6 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   readonly updateReturning = false;
   // Stay well below the default max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL 8).
   readonly maxStatementBytes = 4 * 1024 * 1024;
-  // READ COMMITTED avoids next-key (gap) locks, the usual source of claim deadlocks; the few
-  // that remain are retried.
-  readonly claimRunOptions: RunOptions = {
-    transaction: true,
-    isolation: 'READ COMMITTED',
-    deadlockRetries: 5,
-  };
 
   /** MariaDB has `INSERT/DELETE … RETURNING`; MySQL does not. */
   private readonly mariadb: boolean;
@@ -164,7 +161,15 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     super(ctx);
     this.tables = ctx.tables;
     this.mariadb = ctx.dataSource.options.type === 'mariadb';
+    // MariaDB claims in two autocommit statements (see `claim`). MySQL claims in a short
+    // READ COMMITTED transaction, which takes no next-key (gap) locks, the usual source of claim
+    // deadlocks; the few that remain are retried.
+    this.claimRunOptions = this.mariadb
+      ? { deadlockRetries: 5 }
+      : { transaction: true, isolation: 'READ COMMITTED', deadlockRetries: 5 };
   }
+
+  readonly claimRunOptions: RunOptions;
 
   protected compile(stmt: SqlText): { text: string; params: unknown[] } {
     // mysql2 reads `??` as an identifier placeholder; shared SQL must never produce it.
@@ -299,17 +304,43 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     // key; the conditions are checked again on the locked rows.
     const { rows: window } = yield candidates({ limit: req.limit * CLAIM_WINDOW, lock: false });
     if (window.length === 0) return [];
-    const { rows: picked } = yield candidates({
-      limit: req.limit,
-      lock: true,
-      within: window.map((r) => r.id),
-    });
+    const within = window.map((r) => r.id);
+    if (this.mariadb) return (yield this.claimWithin(req, candidates, within)).rows;
+    const { rows: picked } = yield candidates({ limit: req.limit, lock: true, within });
     if (picked.length === 0) return [];
     const ids = list(picked.map((r) => r.id));
     yield sql`UPDATE ${this.tables.deliveries} ${this.byId} SET status = 'leased', attempts = attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)} WHERE id IN (${ids})`;
     const { rows } =
       yield sql`SELECT ${columns} FROM ${this.tables.deliveries} d ${this.byId} JOIN ${this.tables.events} e ON e.seq = d.event_seq WHERE d.id IN (${ids})`;
     return rows;
+  }
+
+  /**
+   * MariaDB's second (and last) claim statement, in autocommit: it locks the claimable rows of
+   * the window (`FOR UPDATE SKIP LOCKED`, conditions checked again on the locked rows, oldest
+   * first), leases them through `INSERT … SELECT … ON DUPLICATE KEY UPDATE` (MariaDB has no
+   * `UPDATE … RETURNING`, but its `INSERT … RETURNING` returns the updated rows), and returns them
+   * with their event's columns read by primary key in the `RETURNING` list. The locks last for
+   * the statement only: by then every locked row is leased or was never ours to take.
+   */
+  private claimWithin(
+    req: ClaimPlanRequest,
+    candidates: ClaimCandidates,
+    within: unknown[],
+  ): SqlText {
+    const D = this.tables.deliveries;
+    const E = this.tables.events;
+    const own = (column: string) => sql`${D}.${raw(column)}`;
+    const event = (column: string) =>
+      sql`(SELECT e.${raw(column)} FROM ${E} e WHERE e.seq = ${own('event_seq')})`;
+    return sql`INSERT INTO ${D} (${raw(CLAIM_COPY)}) ${candidates({
+      limit: req.limit,
+      lock: true,
+      within,
+      columns: raw(CLAIM_COPY.replace(/(\w+)/g, 'c.$1')),
+    })}
+ON DUPLICATE KEY UPDATE status = 'leased', attempts = ${own('attempts')} + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
+RETURNING id, handler, attempts, lease_owner, lease_token, ${this.timeOut(raw('lease_until'))} AS lease_until, event_seq, ${event('id')} AS event_id, ${event('type')} AS type, ${event('event_key')} AS event_key, ${event('payload')} AS payload, ${event('headers')} AS headers, ${this.timeOut(event('occurred_at'))} AS occurred_at, ${this.timeOut(event('available_at'))} AS available_at`;
   }
 
   /**

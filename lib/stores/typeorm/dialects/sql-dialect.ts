@@ -62,6 +62,8 @@ export type ClaimCandidates = (options: {
   limit: number;
   lock: boolean;
   within?: unknown[];
+  /** Select list over the alias `c` (default: `c.id`). */
+  columns?: SqlText;
 }) => SqlText;
 
 export interface RowMove {
