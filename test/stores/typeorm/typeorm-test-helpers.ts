@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { DataSource, DataSourceOptions } from 'typeorm';
 import { ServiceName, SERVICES } from '../../support/services';
-import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
 
 export type TestDialect = 'postgres' | 'mariadb' | 'sqlite';
