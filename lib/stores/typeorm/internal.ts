@@ -3,6 +3,6 @@
 export * from './index';
 export { TypeOrmOutboxStore } from './typeorm-outbox.store';
 export type { TypeOrmOutboxStoreOptions } from './typeorm-outbox.store';
-export { outboxSchemaStatus, OUTBOX_SCHEMA_VERSION } from './typeorm-outbox.schema';
-export type { OutboxSchemaStatus } from './typeorm-outbox.schema';
-export { DEFAULT_TABLE_PREFIX } from './typeorm-outbox.tables';
+export { outboxSchemaStatus, OUTBOX_SCHEMA_VERSION } from './schema/schema';
+export type { OutboxSchemaStatus } from './schema/schema';
+export { DEFAULT_TABLE_PREFIX } from './schema/tables';

@@ -36,7 +36,7 @@ import {
 } from '../store-helpers';
 import { CoalescedSignal } from '../wakeups';
 import { createDialect } from './dialects';
-import { PostgresWakeups, wakeupChannel } from './dialects/postgres-wakeups';
+import { PostgresWakeups, wakeupChannel } from './dialects/postgres/wakeups';
 import {
   AppendRow,
   ClaimCandidates,
@@ -47,8 +47,8 @@ import {
   StatementResult,
 } from './dialects/sql-dialect';
 import { EMPTY, join, list, raw, sql, SqlText } from './sql';
-import { OutboxTableOptions } from './typeorm-outbox.tables';
-import { ensureOutboxSchema, outboxSchemaStatus } from './typeorm-outbox.schema';
+import { OutboxTableOptions } from './schema/tables';
+import { ensureOutboxSchema, outboxSchemaStatus } from './schema/schema';
 
 export interface TypeOrmOutboxStoreOptions extends OutboxTableOptions {
   /** Longest error message stored per failure, in characters. @default 4096 */

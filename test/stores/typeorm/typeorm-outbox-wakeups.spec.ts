@@ -6,7 +6,7 @@ import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import {
   WAKEUP_APPLICATION_NAME,
   wakeupChannel,
-} from '../../../lib/stores/typeorm/dialects/postgres-wakeups';
+} from '../../../lib/stores/typeorm/dialects/postgres/wakeups';
 import { describeWithService } from '../../support/services';
 import { eventually } from '../../dispatcher/wake-test-helpers';
 import { dataSourceOptions, openDataSource, storeFor, uniquePrefix } from './typeorm-test-helpers';

@@ -1,6 +1,6 @@
 import type { DataSource, QueryRunner } from 'typeorm';
 import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
-import { OutboxTableNames } from '../typeorm-outbox.tables';
+import { OutboxTableNames } from '../schema/tables';
 
 export type Row = Record<string, any>;
 
