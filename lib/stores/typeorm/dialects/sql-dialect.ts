@@ -128,6 +128,11 @@ export interface SqlDialect {
   readTime(value: unknown): Date;
   /** Select expression returning a JSON column as text. */
   jsonOut(expr: SqlText): SqlText;
+  /**
+   * `expr` is one of `values`. PostgreSQL binds them as one array, so the statement text is the
+   * same for any number of values; the others bind an `IN` list (empty: matches nothing).
+   */
+  anyOf(expr: SqlText, values: readonly unknown[], type: 'uuid' | 'bigint'): SqlText;
   /** A UUID parameter where the database cannot infer the type (PostgreSQL `UNION`). */
   uuid(value: string): SqlText;
   /** Appends one error object to a JSON array column, keeping the last `keep` entries. */
@@ -234,6 +239,11 @@ export function* insertDeliveries(
   for (let i = 0; i < values.length; i += DELIVERY_ROWS_PER_INSERT) {
     yield sql`INSERT INTO ${d.tables.deliveries} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors) VALUES ${join(values.slice(i, i + DELIVERY_ROWS_PER_INSERT))}`;
   }
+}
+
+/** `anyOf` for dialects without array parameters. */
+export function inList(expr: SqlText, values: readonly unknown[]): SqlText {
+  return sql`${expr} IN (${list(values)})`;
 }
 
 /** Drives a plan with an async executor. Errors are thrown into the plan so it can react. */

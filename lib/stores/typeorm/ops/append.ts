@@ -5,7 +5,7 @@ import { AppendableEvent, StoreAppendOptions } from '../../../interfaces/outbox-
 import { UNEXPANDED_HANDLER } from '../../../outbox.constants';
 import { sameEventContent } from '../../store-helpers';
 import { AppendRow, InsertedEvent, Plan } from '../dialects/sql-dialect';
-import { list, sql } from '../sql';
+import { raw, sql } from '../sql';
 import { CommitWatch } from './commit-watch';
 import { ID_BATCH, StoreContext } from './context';
 
@@ -78,7 +78,11 @@ export class AppendOp {
     const existing = new Map<string, OutboxEvent>();
     if (rest.length > 0) {
       const { rows: found } =
-        yield sql`SELECT ${ctx.eventColumns('e')} FROM ${ctx.E} e WHERE e.id IN (${list(rest.map((r) => r.id))})`;
+        yield sql`SELECT ${ctx.eventColumns('e')} FROM ${ctx.E} e WHERE ${d.anyOf(
+          raw('e.id'),
+          rest.map((r) => r.id),
+          'uuid',
+        )}`;
       for (const r of found) existing.set(String(r.event_id).toLowerCase(), ctx.toEvent(r));
       const conflict = batch.find((e) => {
         const stored = existing.get(e.id.toLowerCase());
@@ -107,11 +111,11 @@ export class AppendOp {
 
   /** Removes events (and their deliveries) this append wrote before it found a conflict. */
   private *undoAppend(seqs: number[]): Plan<void> {
-    const { D, E } = this.ctx;
+    const { D, E, dialect: d } = this.ctx;
     for (let i = 0; i < seqs.length; i += ID_BATCH) {
-      const some = list(seqs.slice(i, i + ID_BATCH));
-      yield sql`DELETE FROM ${D} WHERE event_seq IN (${some})`;
-      yield sql`DELETE FROM ${E} WHERE seq IN (${some})`;
+      const some = seqs.slice(i, i + ID_BATCH);
+      yield sql`DELETE FROM ${D} WHERE ${d.anyOf(raw('event_seq'), some, 'bigint')}`;
+      yield sql`DELETE FROM ${E} WHERE ${d.anyOf(raw('seq'), some, 'bigint')}`;
     }
   }
 }

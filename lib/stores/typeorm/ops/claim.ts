@@ -31,6 +31,10 @@ export class ClaimOp {
     const d = ctx.dialect;
     const token = randomUUID();
     const unexpanded = this.unexpandedBlocker(request);
+    // The handler names stay an IN list (not an array) on every dialect: they are the same on
+    // every claim of a worker, so the text is fixed per worker, and PostgreSQL folds a one-name
+    // list to `handler = $1`, which reads the claim index in `event_seq` order and stops at the
+    // limit instead of sorting the whole backlog.
     const candidates: ClaimCandidates = ({
       limit,
       lock,
@@ -157,7 +161,11 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
           }
         }
         yield sql`INSERT INTO ${D} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors) ${join(copies, ' UNION ALL ')}`;
-        yield sql`DELETE FROM ${D} WHERE id IN (${list(rows.map((r) => r.id))})`;
+        yield sql`DELETE FROM ${D} WHERE ${d.anyOf(
+          raw('id'),
+          rows.map((r) => r.id),
+          'uuid',
+        )}`;
       },
       { transaction: true, deadlockRetries: 3 },
     );

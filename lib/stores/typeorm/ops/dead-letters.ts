@@ -11,7 +11,7 @@ import {
 import { isUuid } from '../../../outbox-validation';
 import { decodeCursor, encodeCursor, errorFingerprint } from '../../store-helpers';
 import { Plan, Row } from '../dialects/sql-dialect';
-import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
+import { EMPTY, join, raw, sql, SqlText } from '../sql';
 import { ID_BATCH, parseErrors, StoreContext } from './context';
 import { deleteOrphans } from './maintenance';
 
@@ -42,7 +42,7 @@ export class DeadLetterOps {
     if ('ids' in selector) {
       const ids = [...new Set(selector.ids.filter(isUuid))];
       if (ids.length === 0) return null;
-      return sql`id IN (${list(ids)})`;
+      return this.ctx.dialect.anyOf(raw('id'), ids, 'uuid');
     }
     return this.deadWhere(selector.filter ?? {});
   }
@@ -169,8 +169,11 @@ export class DeadLetterOps {
             yield sql`SELECT id, event_seq FROM ${DL} WHERE ${where} ORDER BY id LIMIT ${raw(String(ID_BATCH))}`;
           if (rows.length === 0) return { read: 0, purged: 0 };
           // The selector is checked again by the delete (a row replayed meanwhile is not here).
-          const { affected } =
-            yield sql`DELETE FROM ${DL} WHERE id IN (${list(rows.map((r) => r.id))}) AND ${where}`;
+          const { affected } = yield sql`DELETE FROM ${DL} WHERE ${ctx.dialect.anyOf(
+            raw('id'),
+            rows.map((r) => r.id),
+            'uuid',
+          )} AND ${where}`;
           yield* deleteOrphans(
             ctx,
             rows.map((r) => Number(r.event_seq)),

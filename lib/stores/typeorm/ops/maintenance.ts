@@ -4,7 +4,7 @@ import {
   OutboxStoreStats,
 } from '../../../interfaces/outbox-store.interface';
 import { Plan, Row } from '../dialects/sql-dialect';
-import { EMPTY, list, raw, sql, SqlText } from '../sql';
+import { EMPTY, raw, sql, SqlText } from '../sql';
 import { ID_BATCH, isTruthy, StoreContext } from './context';
 
 /**
@@ -21,10 +21,10 @@ export function* deleteOrphans(
   const unique = [...new Set(seqs)];
   let deleted = 0;
   for (let i = 0; i < unique.length; i += ID_BATCH) {
-    const some = list(unique.slice(i, i + ID_BATCH));
+    const some = ctx.dialect.anyOf(raw('seq'), unique.slice(i, i + ID_BATCH), 'bigint');
     const age = olderThan ? sql` AND available_at < ${olderThan}` : EMPTY;
     const { affected } =
-      yield sql`DELETE FROM ${E} WHERE seq IN (${some}) AND NOT EXISTS (SELECT 1 FROM ${D} x WHERE x.event_seq = ${E}.seq) AND NOT EXISTS (SELECT 1 FROM ${DL} y WHERE y.event_seq = ${E}.seq)${age}`;
+      yield sql`DELETE FROM ${E} WHERE ${some} AND NOT EXISTS (SELECT 1 FROM ${D} x WHERE x.event_seq = ${E}.seq) AND NOT EXISTS (SELECT 1 FROM ${DL} y WHERE y.event_seq = ${E}.seq)${age}`;
     deleted += affected;
   }
   return deleted;
@@ -118,8 +118,11 @@ export class MaintenanceOps {
             if (rows.length > 0) {
               // The age is checked again by the delete: a row replayed meanwhile is gone from
               // here, and one purged meanwhile is not counted twice.
-              const { affected } =
-                yield sql`DELETE FROM ${DL} WHERE id IN (${list(rows.map((r) => r.id))}) AND dead_at < ${cutoff}`;
+              const { affected } = yield sql`DELETE FROM ${DL} WHERE ${d.anyOf(
+                raw('id'),
+                rows.map((r) => r.id),
+                'uuid',
+              )} AND dead_at < ${cutoff}`;
               yield* deleteOrphans(
                 ctx,
                 rows.map((r) => Number(r.event_seq)),

@@ -9,6 +9,7 @@ import {
   driverError,
   AppendRow,
   InsertedEvent,
+  inList,
   insertDeliveries,
   LeaseRef,
   leasePairs,
@@ -121,6 +122,10 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   jsonOut(expr: SqlText): SqlText {
     return expr;
+  }
+
+  anyOf(expr: SqlText, values: readonly unknown[]): SqlText {
+    return inList(expr, values);
   }
 
   uuid(value: string): SqlText {

@@ -119,6 +119,10 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`${expr}::text`;
   }
 
+  anyOf(expr: SqlText, values: readonly unknown[], type: 'uuid' | 'bigint'): SqlText {
+    return sql`${expr} = ANY(${[...values]}::${raw(type)}[])`;
+  }
+
   uuid(value: string): SqlText {
     return sql`${value}::uuid`;
   }

@@ -11,6 +11,7 @@ import {
   driverError,
   AppendRow,
   InsertedEvent,
+  inList,
   insertDeliveries,
   LeaseRef,
   leasePairs,
@@ -148,6 +149,10 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
 
   jsonOut(expr: SqlText): SqlText {
     return expr;
+  }
+
+  anyOf(expr: SqlText, values: readonly unknown[]): SqlText {
+    return inList(expr, values);
   }
 
   uuid(value: string): SqlText {
