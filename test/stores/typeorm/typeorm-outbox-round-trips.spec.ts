@@ -6,7 +6,13 @@ import {
   HandlerSubscription,
 } from '../../../lib/interfaces/outbox-store.interface';
 import { describeWithService } from '../../support/services';
-import { dataSourceOptions, SERVICE_OF, storeFor, uniquePrefix } from './typeorm-test-helpers';
+import {
+  claimInTransaction,
+  dataSourceOptions,
+  SERVICE_OF,
+  storeFor,
+  uniquePrefix,
+} from './typeorm-test-helpers';
 
 const H: HandlerSubscription = { name: 'H', types: ['rt.event'] };
 
@@ -69,6 +75,19 @@ function roundTripsOn(dialect: 'postgres' | 'mariadb', most: { claim: number; ac
       expect(sent.length).toBeLessThanOrEqual(most.ack);
     }
   });
+
+  if (dialect === 'mariadb') {
+    it('claims like MySQL 8 (a READ COMMITTED transaction) when told to, as on a server logging statements', async () => {
+      const store = claimInTransaction(h.store);
+      await store.append(Array.from({ length: 50 }, (_, i) => event(i, null)));
+      sent.length = 0;
+      const batch = await store.claim({ workerId: 'w', handlers: [H], limit: 20, leaseMs: 60_000 });
+      expect(batch).toHaveLength(20);
+      expect(sent.some((q) => /START TRANSACTION/i.test(q))).toBe(true);
+      expect(sent.some((q) => /ON DUPLICATE KEY UPDATE/i.test(q))).toBe(false);
+      await expect(store.ackMany(batch.map((c) => c.lease))).resolves.toHaveLength(20);
+    });
+  }
 }
 
 describeWithService(SERVICE_OF.postgres, 'typeorm round trips', () =>

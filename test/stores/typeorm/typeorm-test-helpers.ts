@@ -72,3 +72,15 @@ export async function storeFor(dataSource: DataSource, prefix: string) {
     tables: dialect.tables,
   };
 }
+
+/**
+ * Makes a MariaDB store claim the way MySQL 8 does (a READ COMMITTED transaction: window, locking
+ * select, UPDATE, read back), as it does on a server logging statements, so that path is tested
+ * on the MariaDB server the suite has. A no-op on other dialects.
+ */
+export function claimInTransaction(store: TypeOrmOutboxStore): TypeOrmOutboxStore {
+  const dialect = (store as unknown as { ctx: { dialect: { oneStatementClaim?: boolean } } }).ctx
+    .dialect;
+  if ('oneStatementClaim' in dialect) dialect.oneStatementClaim = false;
+  return store;
+}

@@ -58,15 +58,26 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     super(ctx);
     this.tables = ctx.tables;
     this.mariadb = ctx.dataSource.options.type === 'mariadb';
-    // MariaDB claims in two autocommit statements (see `claim`). MySQL claims in a short
-    // READ COMMITTED transaction, which takes no next-key (gap) locks, the usual source of claim
-    // deadlocks; the few that remain are retried.
-    this.claimRunOptions = this.mariadb
+  }
+
+  /**
+   * MariaDB claims in two autocommit statements (see `claim`), unless the server logs statements
+   * (`binlog_format = STATEMENT`): a replica replaying `INSERT … SELECT … LIMIT … SKIP LOCKED`
+   * could pick other rows, so there it claims like MySQL. `undefined` until the first claim asks.
+   * Tests set it to `false` to run the transaction path on MariaDB.
+   */
+  oneStatementClaim: boolean | undefined = undefined;
+
+  /**
+   * MySQL (and MariaDB logging statements) claims in a short READ COMMITTED transaction, which
+   * takes no next-key (gap) locks, the usual source of claim deadlocks; the few that remain are
+   * retried.
+   */
+  get claimRunOptions(): RunOptions {
+    return this.mariadb && this.oneStatementClaim !== false
       ? { deadlockRetries: 5 }
       : { transaction: true, isolation: 'READ COMMITTED', deadlockRetries: 5 };
   }
-
-  readonly claimRunOptions: RunOptions;
 
   protected compile(stmt: SqlText): { text: string; params: unknown[] } {
     // mysql2 reads `??` as an identifier placeholder; shared SQL must never produce it.
@@ -199,14 +210,50 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     return rows;
   }
 
+  /** Claims of this dialect instance running now (they take different slices of the window). */
+  private claimsRunning = 0;
+
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
+    const slot = this.claimsRunning++;
+    try {
+      return yield* this.claimAs(slot, req, candidates, columns);
+    } finally {
+      this.claimsRunning--;
+    }
+  }
+
+  private *claimAs(
+    slot: number,
+    req: ClaimPlanRequest,
+    candidates: ClaimCandidates,
+    columns: SqlText,
+  ): Plan<Row[]> {
     // A locking read that has to sort locks every row it reads before sorting, so claimers would
     // queue behind each other. Pick a window without locks first, then lock within it by primary
     // key; the conditions are checked again on the locked rows.
-    const { rows: window } = yield candidates({ limit: req.limit * CLAIM_WINDOW, lock: false });
+    const { rows: window } = yield candidates({
+      limit: req.limit * CLAIM_WINDOW,
+      lock: false,
+      columns: raw('c.id, c.event_seq'),
+    });
     if (window.length === 0) return [];
     const within = window.map((r) => r.id);
-    if (this.mariadb) return (yield this.claimWithin(req, candidates, within)).rows;
+    if (this.mariadb && this.oneStatementClaim === undefined) {
+      const { rows } = yield sql`SELECT @@SESSION.binlog_format AS format`;
+      this.oneStatementClaim = String(rows[0]?.format ?? '').toUpperCase() !== 'STATEMENT';
+      // This claim ran outside a transaction: if it must not claim in one statement, claim
+      // nothing now; the next claim runs in a transaction (`claimRunOptions`).
+      if (!this.oneStatementClaim) return [];
+    }
+    if (this.mariadb && this.oneStatementClaim) {
+      // MariaDB's INSERT … SELECT reads its own table through a temporary table, so it locks
+      // every row it reads before the LIMIT applies. It is given one slice of the window: the
+      // oldest for a claim alone, another for each claim of this process running beside it
+      // (the dispatcher claims ahead), so they do not lock each other out of the same rows.
+      const seqs = [...new Set(window.map((r) => Number(r.event_seq)))];
+      const start = (slot % Math.ceil(seqs.length / req.limit)) * req.limit;
+      return (yield this.claimWithin(req, candidates, seqs.slice(start, start + req.limit))).rows;
+    }
     const { rows: picked } = yield candidates({ limit: req.limit, lock: true, within });
     if (picked.length === 0) return [];
     const ids = list(picked.map((r) => r.id));
@@ -218,17 +265,13 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   /**
    * MariaDB's second (and last) claim statement, in autocommit: it locks the claimable rows of
-   * the window (`FOR UPDATE SKIP LOCKED`, conditions checked again on the locked rows, oldest
-   * first), leases them through `INSERT … SELECT … ON DUPLICATE KEY UPDATE` (MariaDB has no
+   * the given event positions (`FOR UPDATE SKIP LOCKED`, conditions checked again on the locked
+   * rows, read through the `(event_seq, handler)` index in claim order); leases them through `INSERT … SELECT … ON DUPLICATE KEY UPDATE` (MariaDB has no
    * `UPDATE … RETURNING`, but its `INSERT … RETURNING` returns the updated rows), and returns them
    * with their event's columns read by primary key in the `RETURNING` list. The locks last for
    * the statement only: by then every locked row is leased or was never ours to take.
    */
-  private claimWithin(
-    req: ClaimPlanRequest,
-    candidates: ClaimCandidates,
-    within: unknown[],
-  ): SqlText {
+  private claimWithin(req: ClaimPlanRequest, candidates: ClaimCandidates, seqs: number[]): SqlText {
     const D = this.tables.deliveries;
     const E = this.tables.events;
     const own = (column: string) => sql`${D}.${raw(column)}`;
@@ -237,7 +280,10 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`INSERT INTO ${D} (${raw(CLAIM_COPY)}) ${candidates({
       limit: req.limit,
       lock: true,
-      within,
+      withinSeqs: {
+        seqs,
+        index: sql`FORCE INDEX (${this.tables.name('deliveries_event_handler_uq')})`,
+      },
       columns: raw(CLAIM_COPY.replace(/(\w+)/g, 'c.$1')),
     })}
 ON DUPLICATE KEY UPDATE status = 'leased', attempts = ${own('attempts')} + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
