@@ -62,12 +62,6 @@ export type ClaimCandidates = (options: {
   limit: number;
   lock: boolean;
   within?: unknown[];
-  /**
-   * Narrows it to deliveries of these event positions, read through the `(event_seq, handler)`
-   * index in claim order (`index`: the dialect's hint for it), so a locking read with `limit`
-   * locks only the rows it returns instead of every candidate it would sort.
-   */
-  withinSeqs?: { seqs: unknown[]; index: SqlText };
   /** Select list over the alias `c` (default: `c.id`). */
   columns?: SqlText;
 }) => SqlText;

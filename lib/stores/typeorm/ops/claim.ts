@@ -39,10 +39,9 @@ export class ClaimOp {
       limit,
       lock,
       within,
-      withinSeqs,
       columns,
-    }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c${within ? sql` ${d.byId}` : withinSeqs ? sql` ${withinSeqs.index}` : EMPTY}
-WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}${withinSeqs ? sql` AND c.event_seq IN (${list(withinSeqs.seqs)})` : EMPTY}
+    }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c${within ? sql` ${d.byId}` : EMPTY}
+WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
   AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
   AND (c.event_key IS NULL OR (NOT EXISTS (
     SELECT 1 FROM ${ctx.D} p

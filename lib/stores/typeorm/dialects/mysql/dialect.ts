@@ -234,7 +234,6 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     const { rows: window } = yield candidates({
       limit: req.limit * CLAIM_WINDOW,
       lock: false,
-      columns: raw('c.id, c.event_seq'),
     });
     if (window.length === 0) return [];
     const within = window.map((r) => r.id);
@@ -250,12 +249,11 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
       // every row it reads before the LIMIT applies. It is given one slice of the window: the
       // oldest for a claim alone, another for each claim of this process running beside it
       // (the dispatcher claims ahead), so they do not lock each other out of the same rows.
-      const seqs = [...new Set(window.map((r) => Number(r.event_seq)))];
-      const start = (slot % Math.ceil(seqs.length / req.limit)) * req.limit;
+      const start = (slot % Math.ceil(within.length / req.limit)) * req.limit;
       const { rows } = yield this.claimWithin(
         req,
         candidates,
-        seqs.slice(start, start + req.limit),
+        within.slice(start, start + req.limit),
       );
       return rows.map((r) => MysqlDialect.unpackClaimed(r));
     }
@@ -269,14 +267,17 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   }
 
   /**
-   * MariaDB's second (and last) claim statement, in autocommit: it locks the claimable rows of
-   * the given event positions (`FOR UPDATE SKIP LOCKED`, conditions checked again on the locked
-   * rows, read through the `(event_seq, handler)` index in claim order); leases them through `INSERT … SELECT … ON DUPLICATE KEY UPDATE` (MariaDB has no
+   * MariaDB's second (and last) claim statement, in autocommit: it locks the claimable rows among
+   * the given ids (`FOR UPDATE SKIP LOCKED` by primary key, conditions checked again on the
+   * locked rows), leases them through `INSERT … SELECT … ON DUPLICATE KEY UPDATE` (MariaDB has no
    * `UPDATE … RETURNING`, but its `INSERT … RETURNING` returns the updated rows), and returns them
-   * with their event's columns, read by primary key in the `RETURNING` list as one JSON array. The locks last for
-   * the statement only: by then every locked row is leased or was never ours to take.
+   * with their event's columns, read by primary key in the `RETURNING` list as one JSON array.
+   * Primary-key equality takes record locks only, no gap locks, on the session's isolation level
+   * (REPEATABLE READ by default; reading through a secondary index there took next-key locks that
+   * acks queued behind). The locks last for the statement only: by then every locked row is
+   * leased or was never ours to take.
    */
-  private claimWithin(req: ClaimPlanRequest, candidates: ClaimCandidates, seqs: number[]): SqlText {
+  private claimWithin(req: ClaimPlanRequest, candidates: ClaimCandidates, ids: unknown[]): SqlText {
     const D = this.tables.deliveries;
     const E = this.tables.events;
     const own = (column: string) => sql`${D}.${raw(column)}`;
@@ -290,10 +291,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`INSERT INTO ${D} (${raw(CLAIM_COPY)}) ${candidates({
       limit: req.limit,
       lock: true,
-      withinSeqs: {
-        seqs,
-        index: sql`FORCE INDEX (${this.tables.name('deliveries_event_handler_uq')})`,
-      },
+      within: ids,
       columns: raw(CLAIM_COPY.replace(/(\w+)/g, 'c.$1')),
     })}
 ON DUPLICATE KEY UPDATE status = 'leased', attempts = ${own('attempts')} + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
