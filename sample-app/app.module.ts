@@ -28,8 +28,9 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
       store: { type: 'typeorm', dataSourceToken: getDataSourceToken(), ensureSchema: true },
       dispatcher: { pollInterval: 200 },
     }),
-    // Dead letters and stats at /outbox/..., behind an API key (header x-admin-key).
-    OutboxAdminModule.register({ guards: [AdminKeyGuard] }),
+    // Dead letters and stats at /outbox/..., and the dashboard page at /outbox/ui, behind an API
+    // key (header x-admin-key).
+    OutboxAdminModule.register({ guards: [AdminKeyGuard], ui: true }),
   ],
   controllers: [PlayersController, PointsController],
   providers: [PlayersService, WelcomeHandler],

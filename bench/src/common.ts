@@ -214,3 +214,69 @@ export function envInt(name: string, fallback: number): number {
   const v = process.env[name];
   return v === undefined || v === '' ? fallback : Number(v);
 }
+
+/** Server-side totals of the Redis at REDIS_URL: commands run, µs spent in them, CPU seconds. */
+export interface RedisServerSnapshot {
+  calls: number;
+  usec: number;
+  cpuSec: number;
+  byCommand: Record<string, { calls: number; usec: number }>;
+}
+
+/**
+ * `INFO commandstats` and `INFO cpu` of the Redis at REDIS_URL (the `info` calls themselves are left
+ * out). Server-wide: on a Redis shared with other clients the deltas include their work, so point
+ * BENCH_REDIS_URL at a Redis of the benchmark's own to read them per event (see RESULTS.md).
+ */
+export async function redisServerSnapshot(): Promise<RedisServerSnapshot> {
+  const Redis = require('ioredis');
+  const client = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 3 });
+  await client.connect();
+  try {
+    const text: string = await client.info('commandstats');
+    const cpu: string = await client.info('cpu');
+    const snap: RedisServerSnapshot = { calls: 0, usec: 0, cpuSec: 0, byCommand: {} };
+    for (const m of text.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) {
+      if (m[1] === 'info') continue;
+      const entry = { calls: Number(m[2]), usec: Number(m[3]) };
+      snap.byCommand[m[1]] = entry;
+      snap.calls += entry.calls;
+      snap.usec += entry.usec;
+    }
+    for (const m of cpu.matchAll(/^used_cpu_(?:sys|user):([\d.]+)/gm)) snap.cpuSec += Number(m[1]);
+    return snap;
+  } finally {
+    client.disconnect();
+  }
+}
+
+/** Per-event Redis cost between two snapshots: commands, µs in commands, ms of server CPU per 1,000. */
+export function redisCostPerEvent(
+  a: RedisServerSnapshot,
+  b: RedisServerSnapshot,
+  events: number,
+): Record<string, unknown> {
+  const byCommand: Record<string, { callsPerEvent: number; usPerEvent: number }> = {};
+  for (const [name, e] of Object.entries(b.byCommand)) {
+    const before = a.byCommand[name] ?? { calls: 0, usec: 0 };
+    const calls = e.calls - before.calls;
+    if (calls <= 0) continue;
+    byCommand[name] = {
+      callsPerEvent: +(calls / events).toFixed(4),
+      usPerEvent: +((e.usec - before.usec) / events).toFixed(2),
+    };
+  }
+  // Commands a script runs are counted on their own and inside the script's time too: the script
+  // time is EVAL/EVALSHA's; `callsPerEvent` counts every command, those inside scripts included.
+  const scripts = ['evalsha', 'eval', 'fcall'].reduce(
+    (sum, name) => sum + (b.byCommand[name]?.usec ?? 0) - (a.byCommand[name]?.usec ?? 0),
+    0,
+  );
+  return {
+    callsPerEvent: +((b.calls - a.calls) / events).toFixed(4),
+    usPerEvent: +((b.usec - a.usec) / events).toFixed(2),
+    scriptUsPerEvent: +(scripts / events).toFixed(2),
+    cpuMsPer1000: +(((b.cpuSec - a.cpuSec) * 1e6) / events).toFixed(1),
+    byCommand,
+  };
+}

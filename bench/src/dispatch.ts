@@ -39,6 +39,9 @@ import {
   PG,
   PGBOSS_SCHEMA,
   RAW_REDIS_PREFIX,
+  redisCostPerEvent,
+  redisServerSnapshot,
+  RedisServerSnapshot,
   RAW_TABLE,
   REDIS_URL,
   removeSqliteFile,
@@ -83,11 +86,24 @@ const payload = (i: number) => ({
 /** Counts handler calls; t1 is the moment of the N-th. */
 class Counter {
   handled = 0;
-  t0 = 0;
   t1 = 0;
+  private start = 0;
+  /** CPU time of this process (µs) at t0 and at the N-th call: Node's own cost per event. */
+  cpu0: NodeJS.CpuUsage | null = null;
+  cpu1: NodeJS.CpuUsage | null = null;
+  get t0(): number {
+    return this.start;
+  }
+  set t0(value: number) {
+    this.start = value;
+    this.cpu0 = process.cpuUsage();
+  }
   readonly hit = (): void => {
     this.handled++;
-    if (this.handled === N) this.t1 = now();
+    if (this.handled === N) {
+      this.t1 = now();
+      this.cpu1 = process.cpuUsage(this.cpu0 ?? undefined);
+    }
   };
   wait(what: string): Promise<void> {
     return waitFor(() => this.handled, N, TIMEOUT_MS, what);
@@ -111,6 +127,15 @@ async function withCleanup<T>(cleanup: () => Promise<void>, body: () => Promise<
   }
   await cleanup();
   return result;
+}
+
+/**
+ * Redis server cost of the timed drain (start → last ack / worker closed), per event: commands,
+ * µs inside commands (scripts included), server CPU. Server-wide counters: meaningful per event
+ * only on a Redis the benchmark has to itself (BENCH_REDIS_URL), see RESULTS.md.
+ */
+async function redisCost(before: RedisServerSnapshot): Promise<Extra> {
+  return redisCostPerEvent(before, await redisServerSnapshot(), N);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -169,11 +194,13 @@ async function ours(c: Counter, store: string, config: string, history: boolean)
         await app.outbox.append(chunk);
       }
       if (history && ds) await checkHistoryHandler(ds, historyInfo);
+      const redisBefore = kind === 'redis' ? await redisServerSnapshot() : null;
       c.t0 = now();
       app.dispatcher.start();
       await c.wait(`ours-${store}-${config}`);
       await app.close(); // stops the dispatcher after the last acks
       closed = true;
+      const redis = redisBefore ? await redisCost(redisBefore) : undefined;
       const stats = app.dispatcher.stats();
       if (stats.succeeded !== N)
         throw new Error(`acked ${stats.succeeded}/${N}: ${JSON.stringify(stats)}`);
@@ -193,6 +220,7 @@ async function ours(c: Counter, store: string, config: string, history: boolean)
           ...(kind === 'postgres' || kind === 'mariadb' ? { typeormPool: 10 } : {}),
           ...(history ? { history: historyInfo } : {}),
         },
+        ...(redis ? { redis } : {}),
       };
     } finally {
       if (!closed) await app.close().catch(() => undefined);
@@ -463,8 +491,10 @@ async function rawLua(c: Counter): Promise<Extra> {
           acked += n;
         }
       };
+      const redisBefore = await redisServerSnapshot();
       c.t0 = now();
       await Promise.all(Array.from({ length: RAW_LOOPS }, loop));
+      const redis = await redisCost(redisBefore);
       c.check('raw-lua');
       const left = [
         await client.zcard(RAW_KEYS.pending),
@@ -474,7 +504,10 @@ async function rawLua(c: Counter): Promise<Extra> {
       if (acked !== N || left.some((x) => x !== 0)) {
         throw new Error(`raw-lua: acked ${acked}, left (pending, leased, jobs) ${left}`);
       }
-      return { settings: { batch: RAW_BATCH, loops: RAW_LOOPS, connection: 'one ioredis client' } };
+      return {
+        settings: { batch: RAW_BATCH, loops: RAW_LOOPS, connection: 'one ioredis client' },
+        redis,
+      };
     },
   );
 }
@@ -617,6 +650,7 @@ async function bull(c: Counter): Promise<Extra> {
           })),
         );
       }
+      const redisBefore = await redisServerSnapshot();
       c.t0 = now();
       worker = new Worker(QUEUE, async () => c.hit(), {
         connection,
@@ -626,6 +660,7 @@ async function bull(c: Counter): Promise<Extra> {
       await c.wait('bullmq');
       await worker.close();
       worker = null;
+      const redis = await redisCost(redisBefore);
       c.check('bullmq');
       const counts = await queue.getJobCounts('completed', 'waiting', 'active', 'failed');
       if (counts.completed !== N) throw new Error(`bullmq: job counts ${JSON.stringify(counts)}`);
@@ -634,6 +669,7 @@ async function bull(c: Counter): Promise<Extra> {
           concurrency: BULLMQ_CONCURRENCY,
           options: 'defaults (removeOnComplete: false)',
         },
+        redis,
       };
     },
   );
@@ -663,6 +699,8 @@ runMain(async () => {
     n: N,
     ms,
     eventsPerSec: (N / ms) * 1000,
+    // µs of this process's CPU per event from t0 to the N-th handler call = ms per 1,000 events.
+    nodeCpuMsPer1000: c.cpu1 ? +((c.cpu1.user + c.cpu1.system) / N).toFixed(1) : null,
     ...extra,
   });
 });

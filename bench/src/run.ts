@@ -218,7 +218,13 @@ function runOne(
     return null;
   }
   const row = JSON.parse(line.slice(RESULT_MARK.length)) as Row;
-  const shown = s.metrics.map((m) => `${m.label} ${fmt(row[m.key], 1)}`).join(', ');
+  let shown = s.metrics.map((m) => `${m.label} ${fmt(row[m.key], 1)}`).join(', ');
+  // Redis server cost per event (dispatch scenario, Redis variants).
+  if (row.redis) {
+    const r = row.redis;
+    shown += `; redis: scripts ${r.scriptUsPerEvent} µs/ev, ${r.callsPerEvent} cmds/ev, cpu ${r.cpuMsPer1000} µs/ev`;
+  }
+  if (row.nodeCpuMsPer1000 !== undefined) shown += `; node cpu ${row.nodeCpuMsPer1000} µs/ev`;
   console.log(`  ${s.id} round ${round} ${label.padEnd(22)} ${shown}   (${secs} s)`);
   return row;
 }

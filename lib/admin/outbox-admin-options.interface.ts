@@ -37,6 +37,11 @@ export interface OutboxAdminModuleExtras {
   path: string;
   /** Modules the guards' dependencies come from (`register()` only; `registerAsync` has its own). @default [] */
   imports?: ModuleMetadata['imports'];
+  /**
+   * Also serve the dead-letter dashboard, a page at `<path>/ui` with its script and stylesheet,
+   * behind the same guards as the API. @default false
+   */
+  ui?: boolean;
 }
 
 export interface ResolvedOutboxAdminOptions {

@@ -1,4 +1,5 @@
 import { ConfigurableModuleBuilder, DynamicModule } from '@nestjs/common';
+import { OutboxAdminOptionsError } from '../errors/outbox-admin-options.error';
 import { assertInstalled } from '../optional-peers';
 import {
   OutboxAdminModuleExtras,
@@ -15,16 +16,41 @@ function loadController(): typeof import('./outbox-admin.controller') {
   return require('./outbox-admin.controller') as typeof import('./outbox-admin.controller');
 }
 
+/** The dashboard's controller and the provider of its files, when `ui: true`. */
+function dashboard(path: string, ui: unknown): Pick<DynamicModule, 'controllers' | 'providers'> {
+  if (ui !== undefined && typeof ui !== 'boolean') {
+    throw new OutboxAdminOptionsError('ui', `expected true or false, got ${JSON.stringify(ui)}`);
+  }
+  if (ui !== true) return { controllers: [], providers: [] };
+  const { createOutboxAdminUiController } =
+    require('./ui/outbox-admin-ui.controller') as typeof import('./ui/outbox-admin-ui.controller');
+  const { DashboardAssets } =
+    require('./ui/outbox-admin-ui.assets') as typeof import('./ui/outbox-admin-ui.assets');
+  return {
+    controllers: [createOutboxAdminUiController(path)],
+    providers: [{ provide: DashboardAssets, useFactory: () => new DashboardAssets() }],
+  };
+}
+
 function mount(definition: DynamicModule, extras: Partial<OutboxAdminModuleExtras>): DynamicModule {
   const path = extras.path ?? OUTBOX_ADMIN_DEFAULT_PATH;
   const { createOutboxAdminController } = loadController();
+  const ui = dashboard(path, extras.ui);
   // registerAsync already put its own imports here; register() brings them as an extra.
   const imports = [...new Set([...(definition.imports ?? []), ...(extras.imports ?? [])])];
   return {
     ...definition,
     imports,
-    controllers: [...(definition.controllers ?? []), createOutboxAdminController(path)],
-    providers: [...(definition.providers ?? []), { provide: OUTBOX_ADMIN_PATH, useValue: path }],
+    controllers: [
+      ...(definition.controllers ?? []),
+      createOutboxAdminController(path),
+      ...(ui.controllers ?? []),
+    ],
+    providers: [
+      ...(definition.providers ?? []),
+      { provide: OUTBOX_ADMIN_PATH, useValue: path },
+      ...(ui.providers ?? []),
+    ],
   };
 }
 
@@ -37,7 +63,7 @@ export const {
   .setClassMethodName('register')
   .setFactoryMethodName('createOutboxAdminOptions')
   .setExtras<Partial<OutboxAdminModuleExtras>>(
-    { path: OUTBOX_ADMIN_DEFAULT_PATH, imports: [] },
+    { path: OUTBOX_ADMIN_DEFAULT_PATH, imports: [], ui: false },
     mount,
   )
   .build();

@@ -13,7 +13,8 @@ import { OutboxAdminService } from './outbox-admin.service';
  * or `registerAsync({ imports, inject, useFactory })`. Routes sit under `path` (default `outbox`),
  * below any `RouterModule` prefix. It uses the store of the app's `OutboxModule`, found at
  * bootstrap whether or not that module is global. Registering without guards fails bootstrap
- * unless `allowUnauthenticated: true` is set.
+ * unless `allowUnauthenticated: true` is set. With `ui: true` it also serves the dashboard page at
+ * `<path>/ui`, behind the same guards.
  */
 @Module({
   providers: [

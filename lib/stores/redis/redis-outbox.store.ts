@@ -273,40 +273,40 @@ export class RedisOutboxStore implements OutboxStore {
         byType.set(type, list);
       }
     }
+    const tokenBase = randomUUID();
     const args: (string | number)[] = [
       request.workerId,
       msArg(Math.ceil(request.leaseMs), 1),
       limit,
-      randomUUID(),
+      tokenBase,
       this.sweep,
       names.length,
       ...names,
       byType.size,
     ];
     for (const [type, handlers] of byType) args.push(type, handlers.length, ...handlers);
-    const rows = (await this.run('claim', args)) as Row[];
-    return rows.map(
-      ([id, handler, attempt, token, leaseUntil, eventId, type, key, pl, hd, oa, av]) => ({
-        id: String(id),
-        handler: String(handler),
-        attempt: Number(attempt),
-        event: {
-          id: String(eventId),
-          type: String(type),
-          payload: JSON.parse(String(pl)),
-          key: key === null ? null : String(key),
-          headers: JSON.parse(String(hd)) as OutboxHeaders,
-          occurredAt: new Date(Number(oa)),
-          availableAt: new Date(Number(av)),
-        },
-        lease: {
-          deliveryId: String(id),
-          owner: request.workerId,
-          token: String(token),
-          leaseUntil: new Date(Number(leaseUntil)),
-        },
-      }),
-    );
+    const [leaseUntil, rows] = (await this.run('claim', args)) as [number, Row[]];
+    return rows.map(([id, handler, attempt, eventId, type, key, pl, hd, oa, av], i) => ({
+      id: String(id),
+      handler: String(handler),
+      attempt: Number(attempt),
+      event: {
+        id: String(eventId),
+        type: String(type),
+        payload: JSON.parse(String(pl)),
+        key: key === null ? null : String(key),
+        headers: parseHeaders(hd),
+        occurredAt: new Date(Number(oa)),
+        availableAt: new Date(Number(av)),
+      },
+      lease: {
+        deliveryId: String(id),
+        owner: request.workerId,
+        // As the claim script made it: the claim's token base and the row's number.
+        token: `${tokenBase}.${i + 1}`,
+        leaseUntil: new Date(Number(leaseUntil)),
+      },
+    }));
   }
 
   private async leased(
@@ -333,15 +333,31 @@ export class RedisOutboxStore implements OutboxStore {
   /**
    * `ack` for many leases: the ack script's logic applied to each lease in turn, on Redis `TIME`,
    * in one script per chunk of leases (a chunk keeps each script short for the other clients).
+   * Leases are sent grouped by owner (a worker acks its own), and the script answers with the
+   * positions it refused, so neither direction repeats what both sides know.
    */
   async ackMany(leases: Lease[]): Promise<string[]> {
     const acked: string[] = [];
     for (let i = 0; i < leases.length; i += ACK_MANY_CHUNK) {
-      const args = leases
-        .slice(i, i + ACK_MANY_CHUNK)
-        .flatMap((l) => [l.deliveryId, l.owner, l.token]);
-      const ids = (await this.run('ackMany', args)) as unknown[];
-      for (const id of ids) acked.push(String(id));
+      const byOwner = new Map<string, Lease[]>();
+      for (const lease of leases.slice(i, i + ACK_MANY_CHUNK)) {
+        const group = byOwner.get(lease.owner);
+        if (group) group.push(lease);
+        else byOwner.set(lease.owner, [lease]);
+      }
+      const args: string[] = [];
+      const order: Lease[] = [];
+      for (const [owner, group] of byOwner) {
+        args.push(owner, String(group.length));
+        for (const lease of group) {
+          args.push(lease.deliveryId, lease.token);
+          order.push(lease);
+        }
+      }
+      const refused = new Set(((await this.run('ackMany', args)) as number[]).map(Number));
+      order.forEach((lease, k) => {
+        if (!refused.has(k + 1)) acked.push(lease.deliveryId);
+      });
     }
     return acked;
   }
@@ -563,6 +579,12 @@ function errorArgs(error: DeliveryErrorInput): (string | number)[] {
   ];
 }
 
+/** Headers as stored (JSON); most events have none, so `{}` skips the parser. */
+function parseHeaders(raw: unknown): OutboxHeaders {
+  const text = String(raw);
+  return text === '{}' ? {} : (JSON.parse(text) as OutboxHeaders);
+}
+
 interface StoredError {
   j?: number;
   name: string;
@@ -596,7 +618,7 @@ function deadLetterFromRow(row: Row): DeadLetter {
     key: key === null ? null : String(key),
     handler: String(handler),
     payload: JSON.parse(String(pl)),
-    headers: JSON.parse(String(hd)) as OutboxHeaders,
+    headers: parseHeaders(hd),
     occurredAt: new Date(Number(oa)),
     attempts: Number(attempts),
     reason: (reason ?? 'exhausted') as DeadLetterReason,

@@ -27,6 +27,17 @@
  *                          one call, staged in bounded calls; the append script takes them and
  *                          deletes the hash (a TTL removes one an interrupted append left)
  *
+ * The layout has no version key. The batched scripts (issue 9) kept it as it was: the same keys
+ * and fields with the same meanings, so stores of the versions before and after may run against
+ * the same keys (a rolling deploy; each client runs its own scripts by SHA). A change to the
+ * layout itself must add a version key and an upgrade path.
+ *
+ * Cost per delivery (bench/RESULTS.md, "Redis store scripts"): a script reads and writes only what
+ * one delivery needs and writes what a batch shares once at its end: counters are summed in the
+ * script (`incr`, written by `flush`), sorted-set and DEL updates go out as one variadic command
+ * per key (`bulk`), and hot paths pass strings to redis.call (a Lua number is formatted with
+ * printf on every call).
+ *
  * Error entries in `er` are `{ j: 1, name, message, workerId, attempt, at }` where name, message
  * and workerId hold the JSON text of the string (made by JavaScript), so any string — lone UTF-16
  * surrogates included, which UTF-8 cannot carry — comes back exactly. Entries without `j` (written
@@ -37,6 +48,9 @@ const PRELUDE = `
 local B = ARGV[1]
 local T = redis.call('TIME')
 local now = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
+-- A Lua number passed to redis.call is formatted with printf on every call (about as costly as
+-- the command itself): hot paths pass strings, made once per script.
+local nowS = tostring(now)
 local CNT = B .. 'cnt'
 local PEND = B .. 'pend'
 local DEAD = B .. 'dead'
@@ -49,8 +63,29 @@ local function kqkey(h, k) return B .. 'kq:' .. string.len(h) .. ':' .. h .. ':'
 local function ukkey(t, k) return B .. 'uk:' .. string.len(t) .. ':' .. t .. ':' .. k end
 local function opt(v) if v == false or v == nil or v == '' then return nil end return v end
 
+-- Counter changes are summed in the script and written once per field at its end (flush), so a
+-- batch of n deliveries costs one HINCRBY per field touched, not n.
+local counts = {}
 local function incr(field, by)
-  if redis.call('HINCRBY', CNT, field, by) == 0 then redis.call('HDEL', CNT, field) end
+  counts[field] = (counts[field] or 0) + by
+end
+local function flush()
+  for field, by in pairs(counts) do
+    if by ~= 0 and redis.call('HINCRBY', CNT, field, by) == 0 then redis.call('HDEL', CNT, field) end
+  end
+  counts = {}
+end
+
+-- One variadic command per list (in chunks, well under Lua's unpack limit) instead of one per item.
+-- key nil: the list holds the keys themselves (DEL).
+local function bulk(cmd, key, list)
+  for j = 1, #list, 1000 do
+    if key then
+      redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
+    else
+      redis.call(cmd, unpack(list, j, math.min(j + 999, #list)))
+    end
+  end
 end
 
 -- Deterministic per (event, handler), so an expansion retried after a lost reply cannot fork a delivery.
@@ -142,26 +177,37 @@ local function newDelivery(id, ev, h, t, k, sq, av)
   end
 end
 
+local function isOwned(f, owner, token)
+  return f[1] == 'l' and f[2] == owner and f[3] == token and tonumber(f[4]) > now
+end
+
 -- f = st, o, tk, lu, h, t, k, sq, ev, at, er
 local function owned(id, owner, token)
   local f = redis.call('HMGET', dkey(id), 'st', 'o', 'tk', 'lu', 'h', 't', 'k', 'sq', 'ev', 'at', 'er')
-  if f[1] ~= 'l' or f[2] ~= owner or f[3] ~= token or tonumber(f[4]) <= now then return nil end
+  if not isOwned(f, owner, token) then return nil end
   return f
+end
+
+-- Drops a lease from the leased set and the counters; the hash's lease fields are the caller's
+-- (a delivery that stays clears them in its own HSET/HDEL, an acknowledged one is deleted).
+local function unleaseCounts(f)
+  incr('l', -1)
+  incr('l:' .. f[6], -1)
 end
 
 local function unlease(id, f)
   redis.call('ZREM', hkey('l', f[5]), id)
   redis.call('HDEL', dkey(id), 'o', 'tk', 'lu')
-  incr('l', -1)
-  incr('l:' .. f[6], -1)
+  unleaseCounts(f)
 end
 
-local function pushError(id, raw, name, message, attempt, worker, max)
+-- The error history with one more entry, as JSON for the 'er' field.
+local function pushError(raw, name, message, attempt, worker, max)
   local errs = {}
   if raw then errs = cjson.decode(raw) end
   table.insert(errs, { j = 1, name = name, message = message, attempt = tonumber(attempt), workerId = worker, at = tostring(now) })
   while #errs > max do table.remove(errs, 1) end
-  redis.call('HSET', dkey(id), 'er', cjson.encode(errs))
+  return cjson.encode(errs)
 end
 
 local function dropDead(id)
@@ -336,13 +382,14 @@ for _, t in ipairs(types) do
   for _, uid in ipairs(redis.call('ZRANGE', B .. 'u:' .. t, 0, cap - 1)) do expand(uid, t) end
 end
 -- Deliveries whose time came, and expired leases, become runnable again.
+local capS = tostring(cap)
 for _, h in ipairs(hs) do
   local sk, qk, lk = hkey('s', h), hkey('q', h), hkey('l', h)
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', sk, '-inf', now, 'LIMIT', 0, cap)) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', sk, '-inf', nowS, 'LIMIT', '0', capS)) do
     redis.call('ZREM', sk, id)
     redis.call('ZADD', qk, redis.call('HGET', dkey(id), 'sq'), id)
   end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', lk, '-inf', now, 'LIMIT', 0, cap)) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', lk, '-inf', nowS, 'LIMIT', '0', capS)) do
     local f = redis.call('HMGET', dkey(id), 't', 'k', 'sq')
     redis.call('ZREM', lk, id)
     redis.call('HDEL', dkey(id), 'o', 'tk', 'lu')
@@ -371,12 +418,20 @@ end
 -- older ones stay unexpanded (budget spent), the key waits for a later claim. A candidate that an
 -- expansion earlier in this claim moved aside also yields to its key's head.
 local budget = cap
-local function pick(id, h, sq)
+-- Deliveries leased by this claim: still members of q until the bulk ZREM at the end, so a key's
+-- head found here is checked against this set too.
+local claimed = {}
+local function runnable(qk, id)
+  return not claimed[id] and redis.call('ZSCORE', qk, id)
+end
+-- f: the candidate's k, ev, t (read once). Returns the delivery to lease and its fields.
+local function pick(id, h, sq, f)
   local qk = hkey('q', h)
-  local k = opt(redis.call('HGET', dkey(id), 'k'))
+  local k = opt(f[1])
   if not k then
-    if redis.call('ZSCORE', qk, id) then return id end
-    return nil
+    -- An unkeyed candidate stays in q during this claim: only keyed deliveries are moved aside
+    -- by an expansion, and no candidate appears twice.
+    return id, f
   end
   local m = oldestUnexpanded(h, k)
   if m and m < sq then
@@ -390,44 +445,61 @@ local function pick(id, h, sq)
   end
   local kq = kqkey(h, k)
   local head = redis.call('ZRANGE', kq, 0, 0, 'WITHSCORES')
-  if not head[1] or not redis.call('ZSCORE', qk, head[1]) then return nil end
+  if not head[1] or not runnable(qk, head[1]) then return nil end
   if m and m < tonumber(head[2]) then return nil end
-  return head[1]
+  if head[1] == id then return id, f end
+  return head[1], redis.call('HMGET', dkey(head[1]), 'k', 'ev', 't')
 end
 
 -- Oldest first across this worker's handlers.
 local cands = {}
+local lastS = tostring(limit - 1)
 for hi, h in ipairs(hs) do
-  local r = redis.call('ZRANGE', hkey('q', h), 0, limit - 1, 'WITHSCORES')
+  local r = redis.call('ZRANGE', hkey('q', h), '0', lastS, 'WITHSCORES')
   for j = 1, #r, 2 do table.insert(cands, { tonumber(r[j + 1]), hi, r[j], h }) end
 end
-table.sort(cands, function(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] end
-  return a[2] < b[2]
-end)
+-- One handler's candidates come from ZRANGE already in this order.
+if #hs > 1 then
+  table.sort(cands, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+end
 local out = {}
 local lu = now + leaseMs
+local luS = tostring(lu)
+-- Per handler: the ids leased (removed from q) and score, id pairs (added to l), written in bulk.
+local taken, leases, all = {}, {}, {}
 for j = 1, #cands do
   if #out >= limit then break end
   local h = cands[j][4]
-  local id = pick(cands[j][3], h, cands[j][1])
+  local id, f = pick(cands[j][3], h, cands[j][1], redis.call('HMGET', dkey(cands[j][3]), 'k', 'ev', 't'))
   if id then
+    claimed[id] = true
     local dk = dkey(id)
     local tok = tokenBase .. '.' .. (#out + 1)
-    local at = redis.call('HINCRBY', dk, 'at', 1)
-    redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tok, 'lu', lu)
-    redis.call('ZREM', hkey('q', h), id)
-    redis.call('ZADD', hkey('l', h), lu, id)
-    redis.call('ZREM', PEND, id)
-    local f = redis.call('HMGET', dk, 'ev', 't')
+    local at = redis.call('HINCRBY', dk, 'at', '1')
+    redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tok, 'lu', luS)
+    if not taken[h] then taken[h] = {}; leases[h] = {} end
+    table.insert(taken[h], id)
+    table.insert(leases[h], luS)
+    table.insert(leases[h], id)
+    table.insert(all, id)
     incr('l', 1)
-    incr('l:' .. f[2], 1)
-    incr('p:' .. f[2], -1)
-    local e = redis.call('HMGET', ekey(f[1]), 't', 'k', 'pl', 'hd', 'oa', 'av')
-    table.insert(out, { id, h, at, tok, lu, f[1], e[1], e[2], e[3], e[4], e[5], e[6] })
+    incr('l:' .. f[3], 1)
+    incr('p:' .. f[3], -1)
+    local e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa', 'av')
+    -- The token is tokenBase.<row number> and the lease deadline is the same for every row: the
+    -- client rebuilds both (a smaller reply to parse).
+    table.insert(out, { id, h, at, f[2], f[3], f[1], e[1], e[2], e[3], e[4] })
   end
 end
-return out
+for h, ids in pairs(taken) do
+  bulk('ZREM', hkey('q', h), ids)
+  bulk('ZADD', hkey('l', h), leases[h])
+end
+bulk('ZREM', PEND, all)
+return { lu, out }
 `;
 
 const RENEW = `
@@ -439,31 +511,73 @@ redis.call('ZADD', hkey('l', f[5]), lu, ARGV[2])
 return lu
 `;
 
-/** Acknowledges one delivery if the lease is owned and live: 1, else 0 (unchanged). */
+/**
+ * Acknowledges one delivery if the lease is owned and live: 1, else 0 (unchanged). What every
+ * acknowledged delivery of the script shares is written once at its end (ackFlush): the leased
+ * sets, the deleted hashes, the completed events and the counters.
+ */
 const ACK_ONE = `
+local ackedIds, unleased, completed = {}, {}, {}
 local function ackOne(id, owner, token)
-  local f = owned(id, owner, token)
-  if not f then return 0 end
-  unlease(id, f)
-  leaveKey(id, f[5], opt(f[7]))
-  redis.call('DEL', dkey(id))
-  -- Delivered deliveries are deleted now; the event stays for the retention window (idempotent append).
-  if redis.call('HINCRBY', ekey(f[9]), 'n', -1) <= 0 then redis.call('ZADD', DONE, now, f[9]) end
+  if ackedIds[id] then return 0 end
+  -- st, o, tk, lu, h, t, k, ev
+  local f = redis.call('HMGET', dkey(id), 'st', 'o', 'tk', 'lu', 'h', 't', 'k', 'ev')
+  if not isOwned(f, owner, token) then return 0 end
+  ackedIds[id] = true
+  unleased[f[5]] = unleased[f[5]] or {}
+  table.insert(unleased[f[5]], id)
+  unleaseCounts(f)
+  local k = opt(f[7])
+  if k then
+    -- The next delivery of the key becomes active now (its head is read after this one left).
+    local kq = kqkey(f[5], k)
+    redis.call('ZREM', kq, id)
+    local head = redis.call('ZRANGE', kq, 0, 0)[1]
+    if head and redis.call('HGET', dkey(head), 'ac') ~= '1' then activate(head) end
+  end
+  -- Delivered deliveries are deleted; the event stays for the retention window (idempotent append).
+  if redis.call('HINCRBY', ekey(f[8]), 'n', '-1') <= 0 then
+    table.insert(completed, nowS)
+    table.insert(completed, f[8])
+  end
   return 1
+end
+local function ackFlush()
+  local dks = {}
+  for h, ids in pairs(unleased) do
+    bulk('ZREM', hkey('l', h), ids)
+    for _, id in ipairs(ids) do table.insert(dks, dkey(id)) end
+  end
+  bulk('DEL', nil, dks)
+  bulk('ZADD', DONE, completed)
 end
 `;
 
 const ACK = `
-return ackOne(ARGV[2], ARGV[3], ARGV[4])
+local r = ackOne(ARGV[2], ARGV[3], ARGV[4])
+ackFlush()
+return r
 `;
 
-/** ARGV: B, then id, owner, token per lease. Returns the ids acknowledged. */
+/**
+ * ARGV: B, then per owner: owner, n, then id, token for each of its n leases. Returns the
+ * positions (1-based, in argument order) of the leases not acknowledged: usually none, so the
+ * reply stays small.
+ */
 const ACK_MANY = `
-local acked = {}
-for j = 2, #ARGV - 2, 3 do
-  if ackOne(ARGV[j], ARGV[j + 1], ARGV[j + 2]) == 1 then table.insert(acked, ARGV[j]) end
+local refused = {}
+local j, pos = 2, 0
+while j <= #ARGV do
+  local owner, n = ARGV[j], tonumber(ARGV[j + 1])
+  j = j + 2
+  for _ = 1, n do
+    pos = pos + 1
+    if ackOne(ARGV[j], owner, ARGV[j + 1]) == 0 then table.insert(refused, pos) end
+    j = j + 2
+  end
 end
-return acked
+ackFlush()
+return refused
 `;
 
 const RETRY = `
@@ -471,9 +585,9 @@ local id = ARGV[2]
 local f = owned(id, ARGV[3], ARGV[4])
 if not f then return 0 end
 unlease(id, f)
-pushError(id, f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]))
+local er = pushError(f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]))
 local av = now + tonumber(ARGV[5])
-redis.call('HSET', dkey(id), 'st', 'p', 'av', av)
+redis.call('HSET', dkey(id), 'st', 'p', 'av', av, 'er', er)
 redis.call('ZADD', PEND, av, id)
 incr('p:' .. f[6], 1)
 requeue(id, f[5], opt(f[7]), tonumber(f[8]), av)
@@ -485,8 +599,8 @@ local id = ARGV[2]
 local f = owned(id, ARGV[3], ARGV[4])
 if not f then return 0 end
 unlease(id, f)
-pushError(id, f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]))
-redis.call('HSET', dkey(id), 'st', 'x', 'rs', ARGV[5], 'da', now)
+local er = pushError(f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]))
+redis.call('HSET', dkey(id), 'st', 'x', 'rs', ARGV[5], 'da', now, 'er', er)
 redis.call('ZADD', DEAD, now, id)
 incr('x:' .. f[6], 1)
 leaveKey(id, f[5], opt(f[7]))
@@ -593,25 +707,32 @@ for _, id in ipairs(ids) do table.insert(items, view(id, ARGV[2] == '1')) end
 return { items, lastS, lastId, exhausted and 1 or 0 }
 `;
 
+/**
+ * A script body after the shared prelude, run as a function so that every return path ends with
+ * one write of the counters it changed (see `flush` in the prelude).
+ */
+const body = (...parts: string[]) =>
+  PRELUDE + 'local result = (function()\n' + parts.join('') + '\nend)()\nflush()\nreturn result\n';
+
 /** Script sources by name; each gets the shared prelude. */
 export const REDIS_SCRIPTS = {
-  append: PRELUDE + APPEND,
-  appendStage: PRELUDE + APPEND_STAGE,
-  appendUnstage: PRELUDE + APPEND_UNSTAGE,
-  claim: PRELUDE + CLAIM,
-  renew: PRELUDE + RENEW,
-  ack: PRELUDE + ACK_ONE + ACK,
-  ackMany: PRELUDE + ACK_ONE + ACK_MANY,
-  retry: PRELUDE + RETRY,
-  deadLetter: PRELUDE + DEAD_LETTER,
-  release: PRELUDE + RELEASE,
-  replay: PRELUDE + REPLAY,
-  purge: PRELUDE + PURGE,
-  cleanup: PRELUDE + CLEANUP,
-  stats: PRELUDE + STATS,
-  now: PRELUDE + 'return now',
-  deadGet: PRELUDE + DEAD_VIEW + DEAD_GET,
-  deadList: PRELUDE + DEAD_VIEW + DEAD_LIST,
+  append: body(APPEND),
+  appendStage: body(APPEND_STAGE),
+  appendUnstage: body(APPEND_UNSTAGE),
+  claim: body(CLAIM),
+  renew: body(RENEW),
+  ack: body(ACK_ONE, ACK),
+  ackMany: body(ACK_ONE, ACK_MANY),
+  retry: body(RETRY),
+  deadLetter: body(DEAD_LETTER),
+  release: body(RELEASE),
+  replay: body(REPLAY),
+  purge: body(PURGE),
+  cleanup: body(CLEANUP),
+  stats: body(STATS),
+  now: body('return now'),
+  deadGet: body(DEAD_VIEW, DEAD_GET),
+  deadList: body(DEAD_VIEW, DEAD_LIST),
 } as const;
 
 export type RedisScriptName = keyof typeof REDIS_SCRIPTS;

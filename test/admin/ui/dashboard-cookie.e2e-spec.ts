@@ -1,0 +1,118 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { INestApplication, Injectable, Type } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import type { Browser } from 'playwright-core';
+import {
+  NonRetryableError,
+  OutboxDispatcher,
+  OutboxEvent,
+  OutboxHandler,
+  OutboxService,
+  OUTBOX_STORE,
+  OutboxStore,
+} from 'nestjs-outbox';
+import { describeWithBrowser, launchChromium, screenshot } from './browser';
+
+const root = resolve(__dirname, '../../..');
+
+/** The README's "Dashboard" snippet, run as written: written to a file and required. */
+function loadReadmeSnippet(): { DashboardAppModule: Type; dir: string } {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const snippet = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)]
+    .map((m) => m[1])
+    .find((code) => code.includes('class AdminKeyOrCookieGuard'));
+  if (!snippet) throw new Error('README has no AdminKeyOrCookieGuard snippet');
+  const dir = mkdtempSync(join(root, 'test', '.readme-ui-'));
+  writeFileSync(join(dir, 'dashboard-snippet.ts'), snippet);
+  const loaded = require(join(dir, 'dashboard-snippet.ts')) as { DashboardAppModule: Type };
+  return { ...loaded, dir };
+}
+
+@Injectable()
+class Mailer {
+  failing = true;
+  readonly sent: string[] = [];
+  @OutboxHandler('mail.requested')
+  send(event: OutboxEvent<{ to: string }>): void {
+    if (this.failing) throw new NonRetryableError(`no route to ${event.payload.to}`);
+    this.sent.push(event.payload.to);
+  }
+}
+
+describeWithBrowser('Dashboard behind the README cookie guard', () => {
+  const KEY = 'readme-dashboard-key';
+  let app: INestApplication;
+  let url: string;
+  let browser: Browser;
+  let dir: string | undefined;
+
+  beforeAll(async () => {
+    process.env.OUTBOX_ADMIN_KEY = KEY;
+    const snippet = loadReadmeSnippet();
+    dir = snippet.dir;
+    const moduleRef = await Test.createTestingModule({
+      imports: [snippet.DashboardAppModule],
+      providers: [Mailer],
+    }).compile();
+    app = moduleRef.createNestApplication({ logger: false });
+    await app.listen(0, '127.0.0.1');
+    url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    await app
+      .get(OutboxService)
+      .append({ type: 'mail.requested', payload: { to: 'ada@example.test' } });
+    await app.get(OutboxDispatcher).drain();
+    browser = await launchChromium();
+  }, 60_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await app?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+    delete process.env.OUTBOX_ADMIN_KEY;
+  });
+
+  it('a browser with the app-issued cookie uses the page, replays included', async () => {
+    const context = await browser.newContext({ timezoneId: 'UTC' });
+    context.setDefaultTimeout(10_000);
+    try {
+      await context.addCookies([
+        { name: 'outbox_admin', value: KEY, url, httpOnly: true, sameSite: 'Strict' },
+      ]);
+      const page = await context.newPage();
+      const response = await page.goto(`${url}/outbox/ui#/dead-letters`);
+      expect(response?.status()).toBe(200);
+      const row = page.locator('#dead-letters tbody tr');
+      await row.first().waitFor();
+      expect(await row.count()).toBe(1);
+      expect(await row.first().innerText()).toContain('no route to ada@example.test');
+      await screenshot(page, 'cookie-guard-list');
+      app.get(Mailer).failing = false;
+      await row.first().locator('input[type=checkbox]').check();
+      await page.locator('#replay-selected').click();
+      await page.locator('#confirm-ok').click();
+      await page.locator('#notice').filter({ hasText: 'Replayed 1 dead letter.' }).waitFor();
+      await app.get(OutboxDispatcher).drain();
+      expect(app.get(Mailer).sent).toEqual(['ada@example.test']);
+      expect((await app.get<OutboxStore>(OUTBOX_STORE).stats()).dead).toBe(0);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it('is refused without the cookie, or with a wrong one; the proxy header works too', async () => {
+    const context = await browser.newContext();
+    try {
+      const page = await context.newPage();
+      expect((await page.goto(`${url}/outbox/ui`))?.status()).toBe(403);
+      await context.addCookies([{ name: 'outbox_admin', value: 'nope', url }]);
+      expect((await page.goto(`${url}/outbox/ui`))?.status()).toBe(403);
+      const viaProxy = await context.request.get(`${url}/outbox/ui`, {
+        headers: { 'x-admin-key': KEY },
+      });
+      expect(viaProxy.status()).toBe(200);
+    } finally {
+      await context.close();
+    }
+  });
+});
