@@ -16,8 +16,8 @@ import {
   ensureOutboxSchema,
   OutboxSchemaStatus,
   outboxSchemaStatus,
-} from './stores/typeorm/typeorm-outbox.schema';
-import { OutboxTableOptions } from './stores/typeorm/typeorm-outbox.tables';
+} from './stores/typeorm/schema/schema';
+import { OutboxTableOptions } from './stores/typeorm/schema/tables';
 
 export interface CliIo {
   out(line: string): void;

@@ -25,8 +25,17 @@ export * from './interfaces/outbox-store.interface';
 export type { TypeOrmStoreOptions } from './stores/typeorm/typeorm-store.options';
 export type { RedisStoreOptions } from './stores/redis/redis-store.options';
 export * from './admin';
-export * from './stores/typeorm';
+// Stores: what users configure, migrate and import. Store classes and schema versions are
+// internal (the module builds stores from `store` options), so they can change freely.
+export {
+  ensureOutboxSchema,
+  createOutboxMigration,
+  NestjsOutboxSchema1780000000000,
+  NestjsOutboxSchema1781000000000,
+  NestjsOutboxSchema1782000000000,
+} from './stores/typeorm';
+export type { OutboxTableOptions } from './stores/typeorm';
+export type { RedisClientLike } from './stores/redis/redis-client';
 export * from './inbox';
-export * from './stores/redis';
 export * from './idempotency';
 export * from './relay';

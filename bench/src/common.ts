@@ -18,7 +18,7 @@ export const MARIA = {
   host: process.env.BENCH_MYSQL_HOST ?? '127.0.0.1',
   port: Number(process.env.BENCH_MYSQL_PORT ?? 3306),
   user: 'root',
-  database: 'test',
+  database: process.env.BENCH_MYSQL_DATABASE ?? 'test',
 };
 export const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 

@@ -13,6 +13,22 @@ import type * as Lib from '../../lib';
 export type { OutboxDispatcherOptions, OutboxEvent } from '../../lib';
 
 const choice = process.env.BENCH_LIB;
-export const lib: typeof Lib = require(
-  choice === 'lib' ? '../../lib' : choice ? resolve(__dirname, '..', choice) : '../../dist',
-);
+const root =
+  choice === 'lib' ? '../../lib' : choice ? resolve(__dirname, '..', choice) : '../../dist';
+export const lib: typeof Lib = require(root);
+
+/**
+ * The store classes, which the package barrel does not export (users get stores from the module
+ * options); scenarios that drive a store directly take them from here.
+ */
+export const stores: {
+  RedisOutboxStore: typeof import('../../lib/stores/redis/redis-outbox.store').RedisOutboxStore;
+  TypeOrmOutboxStore: typeof import('../../lib/stores/typeorm/typeorm-outbox.store').TypeOrmOutboxStore;
+} = {
+  get RedisOutboxStore() {
+    return require(`${root}/stores/redis/redis-outbox.store`).RedisOutboxStore;
+  },
+  get TypeOrmOutboxStore() {
+    return require(`${root}/stores/typeorm/typeorm-outbox.store`).TypeOrmOutboxStore;
+  },
+};

@@ -21,7 +21,7 @@ import {
   redisServerSnapshot,
   REDIS_URL,
 } from './common';
-import { lib } from './lib';
+import { stores } from './lib';
 import type { Lease } from '../../lib';
 
 const N = envInt('BENCH_REDIS_COST_N', 20_000);
@@ -32,7 +32,7 @@ async function main(): Promise<void> {
   const Redis = require('ioredis');
   const client = new Redis(REDIS_URL, { maxRetriesPerRequest: 3 });
   await deleteRedisKeys(`{${PREFIX}}*`);
-  const store = new lib.RedisOutboxStore({ client, prefix: PREFIX });
+  const store = new stores.RedisOutboxStore({ client, prefix: PREFIX });
   const handlers = [{ name: 'H', types: ['order.placed'] }];
   try {
     const phases: Record<string, unknown> = {};

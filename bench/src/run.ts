@@ -204,7 +204,24 @@ const ROUNDS = envInt('BENCH_ROUNDS', 3);
 const fmt = (v: number, digits = 0) =>
   Number.isFinite(v) ? v.toLocaleString('en-US', { maximumFractionDigits: digits }) : 'n/a';
 
+/**
+ * `<variant>@<dir>` runs the variant with the library loaded from `<dir>` (BENCH_LIB for that
+ * child only), e.g. `ours-mariadb-defaults@.lib-main/lib`: a before/after pair in one run.
+ */
 function runVariant(s: Scenario, variant: string, round: number): Row | null {
+  const [name, lib] = variant.split('@');
+  const row = runOne(s, name, round, lib, variant);
+  if (row) row.variant = variant;
+  return row;
+}
+
+function runOne(
+  s: Scenario,
+  variant: string,
+  round: number,
+  lib: string | undefined,
+  label: string,
+): Row | null {
   const started = Date.now();
   // The variant's own hard limit (runMain) fires first; the kill here is the backstop.
   const limitMs = envInt('BENCH_VARIANT_TIMEOUT_MS', s.timeoutMs ?? 150_000);
@@ -213,7 +230,11 @@ function runVariant(s: Scenario, variant: string, round: number): Row | null {
     [...process.execArgv, join(__dirname, s.file), variant, String(round)],
     {
       cwd: join(__dirname, '..'),
-      env: { ...process.env, BENCH_VARIANT_TIMEOUT_MS: String(limitMs) },
+      env: {
+        ...process.env,
+        BENCH_VARIANT_TIMEOUT_MS: String(limitMs),
+        ...(lib ? { BENCH_LIB: lib } : {}),
+      },
       encoding: 'utf8',
       timeout: limitMs + 30_000,
       maxBuffer: 64 * 1024 * 1024,
@@ -222,7 +243,7 @@ function runVariant(s: Scenario, variant: string, round: number): Row | null {
   const line = (child.stdout ?? '').split('\n').find((l) => l.startsWith(RESULT_MARK));
   const secs = ((Date.now() - started) / 1000).toFixed(1);
   if (child.status !== 0 || !line) {
-    console.log(`  ${s.id} round ${round} ${variant}: FAILED (exit ${child.status}, ${secs} s)`);
+    console.log(`  ${s.id} round ${round} ${label}: FAILED (exit ${child.status}, ${secs} s)`);
     console.log((child.stderr ?? '').split('\n').slice(-15).join('\n'));
     return null;
   }
@@ -234,7 +255,7 @@ function runVariant(s: Scenario, variant: string, round: number): Row | null {
     shown += `; redis: scripts ${r.scriptUsPerEvent} µs/ev, ${r.callsPerEvent} cmds/ev, cpu ${r.cpuMsPer1000} µs/ev`;
   }
   if (row.nodeCpuMsPer1000 !== undefined) shown += `; node cpu ${row.nodeCpuMsPer1000} µs/ev`;
-  console.log(`  ${s.id} round ${round} ${variant.padEnd(22)} ${shown}   (${secs} s)`);
+  console.log(`  ${s.id} round ${round} ${label.padEnd(22)} ${shown}   (${secs} s)`);
   return row;
 }
 

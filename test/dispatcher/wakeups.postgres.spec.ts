@@ -1,5 +1,5 @@
 import { DataSource } from 'typeorm';
-import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../lib/stores/typeorm';
+import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../lib/stores/typeorm/internal';
 import { createDialect } from '../../lib/stores/typeorm/dialects';
 import { describeWithService } from '../support/services';
 import { openDataSource, uniquePrefix } from '../stores/typeorm/typeorm-test-helpers';

@@ -1,15 +1,12 @@
-export { TypeOrmOutboxStore } from './typeorm-outbox.store';
-export type { TypeOrmOutboxStoreOptions } from './typeorm-outbox.store';
+// Public API of the TypeORM store (re-exported by the package barrel): schema bootstrap and
+// migrations. The store class, its options and the schema version are internal: tests and the CLI
+// import them by path.
+export { ensureOutboxSchema } from './schema/schema';
 export {
-  ensureOutboxSchema,
-  outboxSchemaStatus,
   createOutboxMigration,
   NestjsOutboxSchema1780000000000,
   NestjsOutboxSchema1781000000000,
   NestjsOutboxSchema1782000000000,
-  OUTBOX_SCHEMA_VERSION,
-} from './typeorm-outbox.schema';
-export type { OutboxSchemaStatus } from './typeorm-outbox.schema';
-export { DEFAULT_TABLE_PREFIX } from './typeorm-outbox.tables';
-export type { OutboxTableOptions } from './typeorm-outbox.tables';
+} from './schema/migrations';
+export type { OutboxTableOptions } from './schema/tables';
 export type { TypeOrmStoreOptions } from './typeorm-store.options';

@@ -1,4 +1,4 @@
-import { OutboxTableNames } from '../../../lib/stores/typeorm/typeorm-outbox.tables';
+import { OutboxTableNames } from '../../../lib/stores/typeorm/schema/tables';
 
 /**
  * The DDL of schema version 1 as release 0.1.0 created it (delivered and dead rows kept in

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, expect, it, jest } from '@jest/globals';
 import { DataSource } from 'typeorm';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
-import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { openDataSource, storeFor, uniquePrefix } from './typeorm-test-helpers';
 
 const A: HandlerSubscription = { name: 'A.handle', types: ['t.one'] };

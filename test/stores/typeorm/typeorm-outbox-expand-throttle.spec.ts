@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
-import { AppendableEvent, TypeOrmOutboxStore } from 'nestjs-outbox';
+import { AppendableEvent } from 'nestjs-outbox';
+import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { openDataSource, storeFor, uniquePrefix } from './typeorm-test-helpers';
 
 /**

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { DataSource, QueryRunner } from 'typeorm';
 import { DuplicateEventError } from '../../../lib/errors/duplicate-event.error';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
-import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
 import { openDataSource, SERVICE_OF, storeFor, uniquePrefix } from './typeorm-test-helpers';
 

@@ -10,7 +10,7 @@ import {
   outboxSchemaStatus,
   OUTBOX_SCHEMA_VERSION,
   TypeOrmOutboxStore,
-} from '../../../lib/stores/typeorm';
+} from '../../../lib/stores/typeorm/internal';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
 import { describeWithService } from '../../support/services';
 import {

@@ -5,9 +5,10 @@ import {
   AppendableEvent,
   HandlerSubscription,
 } from '../../../lib/interfaces/outbox-store.interface';
-import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
 import {
+  claimInTransaction,
   openDataSource,
   SERVICE_OF,
   storeFor,
@@ -25,7 +26,7 @@ const A: HandlerSubscription = { name: 'A.handle', types: ['race.event'] };
  * backlog. A delivery may never be held by two claimers at once, every one must be handled exactly
  * once, and each key's events must reach the handler in append order.
  */
-function raceOn(dialect: TestDialect): void {
+function raceOn(dialect: TestDialect, transactionClaim = false): void {
   const sources: DataSource[] = [];
   let tables: Awaited<ReturnType<typeof storeFor>>;
   let prefix: string;
@@ -67,6 +68,7 @@ function raceOn(dialect: TestDialect): void {
 
     const claimer = async (w: number) => {
       const store = new TypeOrmOutboxStore(sources[w], { tablePrefix: prefix });
+      if (transactionClaim) claimInTransaction(store);
       let idle = 0;
       while (handled.size < EVENTS && Date.now() < deadline && idle < 50) {
         const batch = await store.claim({
@@ -135,3 +137,7 @@ function raceOn(dialect: TestDialect): void {
 
 describeWithService(SERVICE_OF.postgres, 'typeorm claim race', () => raceOn('postgres'));
 describeWithService(SERVICE_OF.mariadb, 'typeorm claim race', () => raceOn('mariadb'));
+// The MySQL 8 claim (no RETURNING), run on MariaDB.
+describeWithService(SERVICE_OF.mariadb, 'typeorm claim race, transaction claim', () =>
+  raceOn('mariadb', true),
+);

@@ -15,7 +15,7 @@ import {
   OUTBOX_SCHEMA_VERSION,
   outboxSchemaStatus,
   TypeOrmOutboxStore,
-} from '../../../lib/stores/typeorm';
+} from '../../../lib/stores/typeorm/internal';
 import { createTypeOrmOutboxStore } from '../../../lib/stores/typeorm/typeorm-store.factory';
 import { describeWithService } from '../../support/services';
 import {

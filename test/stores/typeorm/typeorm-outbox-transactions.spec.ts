@@ -7,7 +7,7 @@ import {
   AppendableEvent,
   HandlerSubscription,
 } from '../../../lib/interfaces/outbox-store.interface';
-import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
 import {
   openDataSource,

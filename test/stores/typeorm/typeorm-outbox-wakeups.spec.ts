@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { AppendableEvent } from 'nestjs-outbox';
-import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import {
   WAKEUP_APPLICATION_NAME,
   wakeupChannel,
-} from '../../../lib/stores/typeorm/dialects/postgres-wakeups';
+} from '../../../lib/stores/typeorm/dialects/postgres/wakeups';
 import { describeWithService } from '../../support/services';
 import { eventually } from '../../dispatcher/wake-test-helpers';
 import { dataSourceOptions, openDataSource, storeFor, uniquePrefix } from './typeorm-test-helpers';

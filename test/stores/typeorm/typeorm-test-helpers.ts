@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { DataSource, DataSourceOptions } from 'typeorm';
 import { ServiceName, SERVICES } from '../../support/services';
-import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../../lib/stores/typeorm';
+import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
 
 export type TestDialect = 'postgres' | 'mariadb' | 'sqlite';
@@ -71,4 +71,16 @@ export async function storeFor(dataSource: DataSource, prefix: string) {
     },
     tables: dialect.tables,
   };
+}
+
+/**
+ * Makes a MariaDB store claim the way MySQL 8 does (a READ COMMITTED transaction: window, locking
+ * select, UPDATE, read back), as it does on a server logging statements, so that path is tested
+ * on the MariaDB server the suite has. A no-op on other dialects.
+ */
+export function claimInTransaction(store: TypeOrmOutboxStore): TypeOrmOutboxStore {
+  const dialect = (store as unknown as { ctx: { dialect: { oneStatementClaim?: boolean } } }).ctx
+    .dialect;
+  if ('oneStatementClaim' in dialect) dialect.oneStatementClaim = false;
+  return store;
 }

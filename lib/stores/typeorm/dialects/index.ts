@@ -1,10 +1,13 @@
 import type { DataSource } from 'typeorm';
 import { OutboxOptionsError } from '../../../errors/outbox-options.error';
-import { OutboxTableNames, OutboxTableOptions, tableNames } from '../typeorm-outbox.tables';
-import { MysqlDialect, mysqlDdl, mysqlTextCollation } from './mysql';
-import { PostgresDialect, postgresDdl } from './postgres';
+import { OutboxTableNames, OutboxTableOptions, tableNames } from '../schema/tables';
+import { mysqlDdl, mysqlTextCollation } from './mysql/ddl';
+import { MysqlDialect } from './mysql/dialect';
+import { postgresDdl } from './postgres/ddl';
+import { PostgresDialect } from './postgres/dialect';
 import { DialectName, SqlDialect } from './sql-dialect';
-import { SqliteDialect, sqliteDdl } from './sqlite';
+import { sqliteDdl } from './sqlite/ddl';
+import { SqliteDialect } from './sqlite/dialect';
 
 /** Maps a TypeORM driver type to the dialect that handles it. */
 export function dialectName(type: unknown): DialectName {

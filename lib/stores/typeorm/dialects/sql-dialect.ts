@@ -1,6 +1,6 @@
 import type { DataSource, QueryRunner } from 'typeorm';
 import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
-import { OutboxTableNames } from '../typeorm-outbox.tables';
+import { OutboxTableNames } from '../schema/tables';
 
 export type Row = Record<string, any>;
 
@@ -62,6 +62,8 @@ export type ClaimCandidates = (options: {
   limit: number;
   lock: boolean;
   within?: unknown[];
+  /** Select list over the alias `c` (default: `c.id`). */
+  columns?: SqlText;
 }) => SqlText;
 
 export interface RowMove {
@@ -126,6 +128,11 @@ export interface SqlDialect {
   readTime(value: unknown): Date;
   /** Select expression returning a JSON column as text. */
   jsonOut(expr: SqlText): SqlText;
+  /**
+   * `expr` is one of `values`. PostgreSQL binds them as one array, so the statement text is the
+   * same for any number of values; the others bind an `IN` list (empty: matches nothing).
+   */
+  anyOf(expr: SqlText, values: readonly unknown[], type: 'uuid' | 'bigint'): SqlText;
   /** A UUID parameter where the database cannot infer the type (PostgreSQL `UNION`). */
   uuid(value: string): SqlText;
   /** Appends one error object to a JSON array column, keeping the last `keep` entries. */
@@ -232,6 +239,11 @@ export function* insertDeliveries(
   for (let i = 0; i < values.length; i += DELIVERY_ROWS_PER_INSERT) {
     yield sql`INSERT INTO ${d.tables.deliveries} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors) VALUES ${join(values.slice(i, i + DELIVERY_ROWS_PER_INSERT))}`;
   }
+}
+
+/** `anyOf` for dialects without array parameters. */
+export function inList(expr: SqlText, values: readonly unknown[]): SqlText {
+  return sql`${expr} IN (${list(values)})`;
 }
 
 /** Drives a plan with an async executor. Errors are thrown into the plan so it can react. */

@@ -1,5 +1,5 @@
-import { OutboxOptionsError } from '../../errors/outbox-options.error';
-import { raw, SqlText } from './sql';
+import { OutboxOptionsError } from '../../../errors/outbox-options.error';
+import { raw, SqlText } from '../sql';
 
 /** @default 'outbox_' */
 export const DEFAULT_TABLE_PREFIX = 'outbox_';

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { DataSource } from 'typeorm';
-import { reconnectDelay } from '../../wakeups';
+import { reconnectDelay } from '../../../wakeups';
 
 /** The part of a `pg` Client the wake-up listener uses. */
 interface PgListenClient {

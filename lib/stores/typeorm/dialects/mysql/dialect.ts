@@ -1,6 +1,7 @@
-import { OUTBOX_ERROR_HISTORY } from '../../../outbox.constants';
-import { join, list, raw, sql, SqlText } from '../sql';
-import { OutboxTableNames } from '../typeorm-outbox.tables';
+import { mysqlDdl, mysqlTextCollation } from './ddl';
+import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
+import { join, list, raw, sql, SqlText } from '../../sql';
+import { OutboxTableNames } from '../../schema/tables';
 import {
   ClaimCandidates,
   ClaimPlanRequest,
@@ -8,6 +9,7 @@ import {
   driverError,
   AppendRow,
   InsertedEvent,
+  inList,
   insertDeliveries,
   LeaseRef,
   leasePairs,
@@ -18,117 +20,16 @@ import {
   Row,
   RunOptions,
   SqlDialect,
-} from './sql-dialect';
-
-/**
- * The binary NO PAD collation of the server: names and keys then compare exactly as in
- * JavaScript. `utf8mb4_bin` is PAD SPACE on both servers (`'a' = 'a '`), which would merge keys
- * that differ only by trailing spaces (per-key order, dead-letter filters). MariaDB (10.2+) calls
- * it `utf8mb4_nopad_bin`, MySQL 8 `utf8mb4_0900_bin`; neither accepts the other's name.
- */
-export function mysqlTextCollation(serverVersion: string): string {
-  return /mariadb/i.test(serverVersion) ? 'utf8mb4_nopad_bin' : 'utf8mb4_0900_bin';
-}
-
-/**
- * MySQL 8.0.1+ and MariaDB 10.6+ (SKIP LOCKED). Times are `DATETIME(3)` holding UTC, written
- * and read as text so neither the session time zone nor the driver's `timezone` option can shift
- * them. Text is utf8mb4 with a binary NO PAD collation (`mysqlTextCollation`), so names compare
- * exactly as in JavaScript. Without a server to ask (the CLI), the MariaDB name is used.
- */
-export function mysqlDdl(
-  t: OutboxTableNames,
-  collation = mysqlTextCollation('MariaDB'),
-): {
-  create: string[];
-  drop: string[];
-  upgrade: string[];
-} {
-  const E = t.events.text;
-  const D = t.deliveries.text;
-  const DL = t.deadLetters.text;
-  const n = (s: string) => t.name(s).text;
-  const table = `ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=${collation}`;
-  // Restated per column: upgraded tables keep their old default collation.
-  const text = (size: number, nullable: boolean) =>
-    `VARCHAR(${size}) CHARACTER SET utf8mb4 COLLATE ${collation} ${nullable ? 'NULL' : 'NOT NULL'}`;
-  const uuid = 'CHAR(36) CHARACTER SET ascii COLLATE ascii_bin';
-  // Indexes are declared inline: MySQL has no CREATE INDEX IF NOT EXISTS.
-  const create = [
-    `CREATE TABLE IF NOT EXISTS ${E} (
-  seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-  id ${uuid} NOT NULL,
-  type ${text(255, false)},
-  event_key ${text(512, true)},
-  payload LONGTEXT NOT NULL,
-  headers MEDIUMTEXT NOT NULL,
-  occurred_at DATETIME(3) NOT NULL,
-  available_at DATETIME(3) NOT NULL,
-  UNIQUE KEY ${n('events_id_uq')} (id),
-  KEY ${n('events_available_idx')} (available_at)
-) ${table}`,
-    `CREATE TABLE IF NOT EXISTS ${D} (
-  id ${uuid} NOT NULL PRIMARY KEY,
-  event_seq BIGINT UNSIGNED NOT NULL,
-  event_type ${text(255, false)},
-  event_key ${text(512, true)},
-  handler ${text(255, false)},
-  status VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  attempts INT NOT NULL DEFAULT 0,
-  available_at DATETIME(3) NOT NULL,
-  lease_owner ${text(255, true)},
-  lease_token VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL,
-  lease_until DATETIME(3) NULL,
-  reason VARCHAR(16) NULL,
-  errors LONGTEXT NOT NULL,
-  done_at DATETIME(3) NULL,
-  UNIQUE KEY ${n('deliveries_event_handler_uq')} (event_seq, handler),
-  KEY ${n('deliveries_claim_idx')} (status, handler, event_seq, available_at, lease_until),
-  KEY ${n('deliveries_key_idx')} (handler, event_key(400), status, event_seq)
-) ${table}`,
-    `CREATE TABLE IF NOT EXISTS ${DL} (
-  id ${uuid} NOT NULL PRIMARY KEY,
-  event_seq BIGINT UNSIGNED NOT NULL,
-  event_type ${text(255, false)},
-  event_key ${text(512, true)},
-  handler ${text(255, false)},
-  attempts INT NOT NULL,
-  reason VARCHAR(16) NOT NULL,
-  errors LONGTEXT NOT NULL,
-  dead_at DATETIME(3) NOT NULL,
-  KEY ${n('dead_letters_dead_idx')} (dead_at, id),
-  KEY ${n('dead_letters_event_idx')} (event_seq)
-) ${table}`,
-    `CREATE TABLE IF NOT EXISTS ${t.version.text} (
-  version INT NOT NULL,
-  applied_at DATETIME(3) NULL
-) ${table}`,
-  ];
-  const drop = [
-    `DROP TABLE IF EXISTS ${D}`,
-    `DROP TABLE IF EXISTS ${DL}`,
-    `DROP TABLE IF EXISTS ${E}`,
-    `DROP TABLE IF EXISTS ${t.version.text}`,
-  ];
-  // Version 1 kept delivered and dead rows in `deliveries`. MySQL has no `IF [NOT] EXISTS` for
-  // indexes: the schema runner skips "duplicate key name" and "can't drop" answers.
-  const upgrade = [
-    `INSERT IGNORE INTO ${DL} (id, event_seq, event_type, event_key, handler, attempts, reason, errors, dead_at) SELECT id, event_seq, event_type, event_key, handler, attempts, COALESCE(reason, 'exhausted'), errors, COALESCE(done_at, UTC_TIMESTAMP(3)) FROM ${D} WHERE status = 'dead'`,
-    `DELETE FROM ${D} WHERE status NOT IN ('pending', 'leased')`,
-    `ALTER TABLE ${E} ADD KEY ${n('events_available_idx')} (available_at)`,
-    `ALTER TABLE ${D} DROP KEY ${n('deliveries_done_idx')}`,
-    // Version 3: the compared text moves to a NO PAD collation (idempotent).
-    `ALTER TABLE ${E} MODIFY type ${text(255, false)}, MODIFY event_key ${text(512, true)}`,
-    `ALTER TABLE ${D} MODIFY event_type ${text(255, false)}, MODIFY event_key ${text(512, true)}, MODIFY handler ${text(255, false)}, MODIFY lease_owner ${text(255, true)}`,
-    `ALTER TABLE ${DL} MODIFY event_type ${text(255, false)}, MODIFY event_key ${text(512, true)}, MODIFY handler ${text(255, false)}`,
-  ];
-  return { create, drop, upgrade };
-}
+} from '../sql-dialect';
 
 const LOCK_TAG = 'nestjs-outbox:';
 
 /** Candidates read per claim, as a multiple of the limit, for concurrent claimers to share. */
 const CLAIM_WINDOW = 4;
+
+/** The columns MariaDB's claim copies onto the rows it leases (every NOT NULL one without default). */
+const CLAIM_COPY =
+  'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors';
 
 /** `2026-01-02 03:04:05.678` in UTC, the literal form of a `DATETIME(3)`. */
 function utcLiteral(value: Date): string {
@@ -147,13 +48,6 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   readonly updateReturning = false;
   // Stay well below the default max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL 8).
   readonly maxStatementBytes = 4 * 1024 * 1024;
-  // READ COMMITTED avoids next-key (gap) locks, the usual source of claim deadlocks; the few
-  // that remain are retried.
-  readonly claimRunOptions: RunOptions = {
-    transaction: true,
-    isolation: 'READ COMMITTED',
-    deadlockRetries: 5,
-  };
 
   /** MariaDB has `INSERT/DELETE … RETURNING`; MySQL does not. */
   private readonly mariadb: boolean;
@@ -164,6 +58,25 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     super(ctx);
     this.tables = ctx.tables;
     this.mariadb = ctx.dataSource.options.type === 'mariadb';
+  }
+
+  /**
+   * MariaDB claims in two autocommit statements (see `claim`), unless the server logs statements
+   * (`binlog_format = STATEMENT`): a replica replaying `INSERT … SELECT … LIMIT … SKIP LOCKED`
+   * could pick other rows, so there it claims like MySQL. `undefined` until the first claim asks.
+   * Tests set it to `false` to run the transaction path on MariaDB.
+   */
+  oneStatementClaim: boolean | undefined = undefined;
+
+  /**
+   * MySQL (and MariaDB logging statements) claims in a short READ COMMITTED transaction, which
+   * takes no next-key (gap) locks, the usual source of claim deadlocks; the few that remain are
+   * retried.
+   */
+  get claimRunOptions(): RunOptions {
+    return this.mariadb && this.oneStatementClaim !== false
+      ? { deadlockRetries: 5 }
+      : { transaction: true, isolation: 'READ COMMITTED', deadlockRetries: 5 };
   }
 
   protected compile(stmt: SqlText): { text: string; params: unknown[] } {
@@ -220,6 +133,10 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   jsonOut(expr: SqlText): SqlText {
     return expr;
+  }
+
+  anyOf(expr: SqlText, values: readonly unknown[]): SqlText {
+    return inList(expr, values);
   }
 
   uuid(value: string): SqlText {
@@ -293,23 +210,111 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     return rows;
   }
 
+  /** Claims of this dialect instance running now (they take different slices of the window). */
+  private claimsRunning = 0;
+
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
+    const slot = this.claimsRunning++;
+    try {
+      return yield* this.claimAs(slot, req, candidates, columns);
+    } finally {
+      this.claimsRunning--;
+    }
+  }
+
+  private *claimAs(
+    slot: number,
+    req: ClaimPlanRequest,
+    candidates: ClaimCandidates,
+    columns: SqlText,
+  ): Plan<Row[]> {
     // A locking read that has to sort locks every row it reads before sorting, so claimers would
     // queue behind each other. Pick a window without locks first, then lock within it by primary
     // key; the conditions are checked again on the locked rows.
-    const { rows: window } = yield candidates({ limit: req.limit * CLAIM_WINDOW, lock: false });
-    if (window.length === 0) return [];
-    const { rows: picked } = yield candidates({
-      limit: req.limit,
-      lock: true,
-      within: window.map((r) => r.id),
+    const { rows: window } = yield candidates({
+      limit: req.limit * CLAIM_WINDOW,
+      lock: false,
     });
+    if (window.length === 0) return [];
+    const within = window.map((r) => r.id);
+    if (this.mariadb && this.oneStatementClaim === undefined) {
+      const { rows } = yield sql`SELECT @@SESSION.binlog_format AS format`;
+      this.oneStatementClaim = String(rows[0]?.format ?? '').toUpperCase() !== 'STATEMENT';
+      // This claim ran outside a transaction: if it must not claim in one statement, claim
+      // nothing now; the next claim runs in a transaction (`claimRunOptions`).
+      if (!this.oneStatementClaim) return [];
+    }
+    if (this.mariadb && this.oneStatementClaim) {
+      // MariaDB's INSERT … SELECT reads its own table through a temporary table, so it locks
+      // every row it reads before the LIMIT applies. It is given one slice of the window: the
+      // oldest for a claim alone, another for each claim of this process running beside it
+      // (the dispatcher claims ahead), so they do not lock each other out of the same rows.
+      const start = (slot % Math.ceil(within.length / req.limit)) * req.limit;
+      const { rows } = yield this.claimWithin(
+        req,
+        candidates,
+        within.slice(start, start + req.limit),
+      );
+      return rows.map((r) => MysqlDialect.unpackClaimed(r));
+    }
+    const { rows: picked } = yield candidates({ limit: req.limit, lock: true, within });
     if (picked.length === 0) return [];
     const ids = list(picked.map((r) => r.id));
     yield sql`UPDATE ${this.tables.deliveries} ${this.byId} SET status = 'leased', attempts = attempts + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)} WHERE id IN (${ids})`;
     const { rows } =
       yield sql`SELECT ${columns} FROM ${this.tables.deliveries} d ${this.byId} JOIN ${this.tables.events} e ON e.seq = d.event_seq WHERE d.id IN (${ids})`;
     return rows;
+  }
+
+  /**
+   * MariaDB's second (and last) claim statement, in autocommit: it locks the claimable rows among
+   * the given ids (`FOR UPDATE SKIP LOCKED` by primary key, conditions checked again on the
+   * locked rows), leases them through `INSERT … SELECT … ON DUPLICATE KEY UPDATE` (MariaDB has no
+   * `UPDATE … RETURNING`, but its `INSERT … RETURNING` returns the updated rows), and returns them
+   * with their event's columns, read by primary key in the `RETURNING` list as one JSON array.
+   * Primary-key equality takes record locks only, no gap locks, on the session's isolation level
+   * (REPEATABLE READ by default; reading through a secondary index there took next-key locks that
+   * acks queued behind). The locks last for the statement only: by then every locked row is
+   * leased or was never ours to take.
+   */
+  private claimWithin(req: ClaimPlanRequest, candidates: ClaimCandidates, ids: unknown[]): SqlText {
+    const D = this.tables.deliveries;
+    const E = this.tables.events;
+    const own = (column: string) => sql`${D}.${raw(column)}`;
+    // One subquery per row for all of the event's columns (seven took twice the time). Each
+    // converted to one character set: tables upgraded from older versions mix collations, which
+    // JSON_ARRAY refuses.
+    const c = (expr: SqlText) => sql`CONVERT(${expr} USING utf8mb4)`;
+    const t = (column: string) => c(this.timeOut(raw(`e.${column}`)));
+    const columns = ['id', 'type', 'event_key', 'payload', 'headers'].map((n) => c(raw(`e.${n}`)));
+    const event = sql`(SELECT JSON_ARRAY(${join([...columns, t('occurred_at'), t('available_at')])}) FROM ${E} e WHERE e.seq = ${own('event_seq')})`;
+    return sql`INSERT INTO ${D} (${raw(CLAIM_COPY)}) ${candidates({
+      limit: req.limit,
+      lock: true,
+      within: ids,
+      columns: raw(CLAIM_COPY.replace(/(\w+)/g, 'c.$1')),
+    })}
+ON DUPLICATE KEY UPDATE status = 'leased', attempts = ${own('attempts')} + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
+RETURNING id, handler, attempts, lease_owner, lease_token, ${this.timeOut(raw('lease_until'))} AS lease_until, event_seq, ${event} AS event`;
+  }
+
+  /** A row of `claimWithin` in the shape the store reads (the event's columns unpacked). */
+  private static unpackClaimed(row: Row): Row {
+    // mysql2 parses a JSON result itself when the server marks it as JSON; otherwise it is text.
+    const packed: unknown = row.event;
+    const [eventId, type, key, payload, headers, occurredAt, availableAt] = (
+      Array.isArray(packed) ? packed : JSON.parse(String(packed))
+    ) as unknown[];
+    return {
+      ...row,
+      event_id: eventId,
+      type,
+      event_key: key,
+      payload,
+      headers,
+      occurred_at: occurredAt,
+      available_at: availableAt,
+    };
   }
 
   /**

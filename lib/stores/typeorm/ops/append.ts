@@ -1,0 +1,171 @@
+import { randomUUID } from 'node:crypto';
+import { DuplicateEventError } from '../../../errors/duplicate-event.error';
+import { OutboxEvent } from '../../../interfaces/outbox-event.interface';
+import { AppendableEvent, StoreAppendOptions } from '../../../interfaces/outbox-store.interface';
+import { UNEXPANDED_HANDLER } from '../../../outbox.constants';
+import { sameEventContent } from '../../store-helpers';
+import { AppendRow, InsertedEvent, Plan } from '../dialects/sql-dialect';
+import { raw, sql } from '../sql';
+import { CommitWatch } from './commit-watch';
+import { ID_BATCH, StoreContext } from './context';
+
+const EVENTS_PER_INSERT = 1000;
+
+/**
+ * Appends events with their first deliveries, in the caller's transaction or the store's own.
+ * The common case is the dialect's insert alone (one statement on PostgreSQL, two elsewhere).
+ */
+export class AppendOp {
+  constructor(
+    private readonly ctx: StoreContext,
+    private readonly commits: CommitWatch,
+  ) {}
+
+  async append(
+    events: AppendableEvent[],
+    options: StoreAppendOptions = {},
+  ): Promise<OutboxEvent[]> {
+    // This process wrote a placeholder: the next claim must look for it at once.
+    if (events.some((e) => e.handlers.length === 0)) this.ctx.expandQuietUntil = 0;
+    const runner =
+      options.manager === undefined || options.manager === null
+        ? null
+        : this.commits.transactionOf(options.manager);
+    if (events.length === 0) return [];
+    const d = this.ctx.dialect;
+    const batch = dedupeBatch(events);
+    const plan = () => this.appendPlan(batch);
+    const attempt = () => (runner ? d.runOn(runner, plan) : d.run(plan, { transaction: true }));
+    let stored: OutboxEvent[];
+    try {
+      stored = orderLike(events, await attempt());
+    } catch (error) {
+      // Another transaction inserted one of these ids between our check and our insert; the
+      // second pass sees it and compares contents (see Guarantees: idempotent append).
+      if (!d.isUniqueViolation(error)) throw error;
+      stored = orderLike(events, await attempt());
+    }
+    this.commits.appendedBy(
+      runner,
+      events.some((e) => e.handlers.length === 0),
+    );
+    return stored;
+  }
+
+  /**
+   * No read before the write and no savepoint. Only when an id exists already does it read the
+   * stored events to compare contents; a different content undoes what this call inserted and
+   * fails, so the caller's transaction holds nothing of the batch. The read is a plain one: a
+   * locking read would take gap locks on MySQL's REPEATABLE READ and make appenders deadlock.
+   */
+  private *appendPlan(batch: AppendableEvent[]): Plan<OutboxEvent[]> {
+    const { ctx } = this;
+    const d = ctx.dialect;
+    const rows = batch.map(toAppendRow);
+    const inserted = new Map<string, InsertedEvent>();
+    const insert = function* (todo: AppendRow[]): Plan<void> {
+      for (const chunk of chunkBySize(todo, d.maxStatementBytes)) {
+        for (const [id, row] of yield* d.appendEvents(chunk)) inserted.set(id, row);
+      }
+    };
+    try {
+      yield* insert(rows);
+    } catch (error) {
+      // MySQL and SQLite refuse the whole statement on a duplicate id and write none of it.
+      if (!d.isUniqueViolation(error)) throw error;
+    }
+    const rest = rows.filter((r) => !inserted.has(r.id.toLowerCase()));
+    const existing = new Map<string, OutboxEvent>();
+    if (rest.length > 0) {
+      const { rows: found } =
+        yield sql`SELECT ${ctx.eventColumns('e')} FROM ${ctx.E} e WHERE ${d.anyOf(
+          raw('e.id'),
+          rest.map((r) => r.id),
+          'uuid',
+        )}`;
+      for (const r of found) existing.set(String(r.event_id).toLowerCase(), ctx.toEvent(r));
+      const conflict = batch.find((e) => {
+        const stored = existing.get(e.id.toLowerCase());
+        return stored !== undefined && !sameEventContent(stored, e);
+      });
+      if (conflict) {
+        yield* this.undoAppend([...inserted.values()].map((r) => r.seq));
+        throw new DuplicateEventError(conflict.id);
+      }
+      yield* insert(rest.filter((r) => !existing.has(r.id.toLowerCase())));
+    }
+    return batch.map((event) => {
+      const stored = existing.get(event.id.toLowerCase());
+      if (stored) return stored;
+      return {
+        id: event.id,
+        type: event.type,
+        payload: structuredClone(event.payload),
+        key: event.key,
+        headers: { ...event.headers },
+        occurredAt: new Date(event.occurredAt),
+        availableAt: inserted.get(event.id.toLowerCase())!.availableAt,
+      };
+    });
+  }
+
+  /** Removes events (and their deliveries) this append wrote before it found a conflict. */
+  private *undoAppend(seqs: number[]): Plan<void> {
+    const { D, E, dialect: d } = this.ctx;
+    for (let i = 0; i < seqs.length; i += ID_BATCH) {
+      const some = seqs.slice(i, i + ID_BATCH);
+      yield sql`DELETE FROM ${D} WHERE ${d.anyOf(raw('event_seq'), some, 'bigint')}`;
+      yield sql`DELETE FROM ${E} WHERE ${d.anyOf(raw('seq'), some, 'bigint')}`;
+    }
+  }
+}
+
+/** One event per id; the same id twice in a batch must carry the same content. */
+function dedupeBatch(events: AppendableEvent[]): AppendableEvent[] {
+  const byId = new Map<string, AppendableEvent>();
+  for (const event of events) {
+    const seen = byId.get(event.id.toLowerCase());
+    if (seen && !sameEventContent(seen, event)) throw new DuplicateEventError(event.id);
+    if (!seen) byId.set(event.id.toLowerCase(), event);
+  }
+  return [...byId.values()];
+}
+
+function orderLike(input: AppendableEvent[], stored: OutboxEvent[]): OutboxEvent[] {
+  const byId = new Map(stored.map((e) => [e.id.toLowerCase(), e]));
+  return input.map((e) => byId.get(e.id.toLowerCase())!);
+}
+
+function toAppendRow(e: AppendableEvent): AppendRow {
+  const handlers = e.handlers.length > 0 ? [...new Set(e.handlers)] : [UNEXPANDED_HANDLER];
+  return {
+    id: e.id,
+    type: e.type,
+    key: e.key,
+    payload: JSON.stringify(e.payload),
+    headers: JSON.stringify(e.headers ?? {}),
+    occurredAt: e.occurredAt,
+    availableAt: e.availableAt,
+    deliveries: handlers.map((handler) => ({ id: randomUUID(), handler })),
+  };
+}
+
+/** Splits rows so one INSERT stays under the dialect's statement size (MySQL packets). */
+function chunkBySize(rows: AppendRow[], maxBytes: number): AppendRow[][] {
+  const chunks: AppendRow[][] = [];
+  let current: AppendRow[] = [];
+  let size = 0;
+  for (const row of rows) {
+    const bytes =
+      Buffer.byteLength(row.payload, 'utf8') + Buffer.byteLength(row.headers, 'utf8') + 512;
+    if (current.length > 0 && (size + bytes > maxBytes || current.length >= EVENTS_PER_INSERT)) {
+      chunks.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(row);
+    size += bytes;
+  }
+  if (current.length > 0) chunks.push(current);
+  return chunks;
+}

@@ -1,0 +1,173 @@
+import { randomUUID } from 'node:crypto';
+import { ClaimedDelivery, ClaimRequest } from '../../../interfaces/outbox-store.interface';
+import { UNEXPANDED_HANDLER } from '../../../outbox.constants';
+import { ClaimCandidates, Plan } from '../dialects/sql-dialect';
+import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
+import { StoreContext } from './context';
+
+/** Unexpanded deliveries turned into per-handler ones per claim, at most. */
+const EXPAND_BATCH = 500;
+/**
+ * After a probe finds no unexpanded delivery, claims skip the probe this long (a round trip
+ * saved per claim). Order stays safe meanwhile: placeholders still hold their keys in the claim
+ * itself; only the first delivery of a type this process cannot name waits up to this long.
+ */
+const EXPAND_PROBE_QUIET_MS = 1_000;
+
+/**
+ * Leases due deliveries of the worker's handlers, oldest first, at most one open delivery per
+ * (handler, key) at a time, after expanding due placeholders into per-handler deliveries. The
+ * candidate query is shared; how it is locked and leased (one statement, or a window then one
+ * statement) is the dialect's `claim`.
+ */
+export class ClaimOp {
+  constructor(private readonly ctx: StoreContext) {}
+
+  async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {
+    const names = [...new Set(request.handlers.map((h) => h.name))];
+    if (names.length === 0 || request.limit <= 0) return [];
+    await this.expand(request);
+    const { ctx } = this;
+    const d = ctx.dialect;
+    const token = randomUUID();
+    const unexpanded = this.unexpandedBlocker(request);
+    // The handler names stay an IN list (not an array) on every dialect: they are the same on
+    // every claim of a worker, so the text is fixed per worker, and PostgreSQL folds a one-name
+    // list to `handler = $1`, which reads the claim index in `event_seq` order and stops at the
+    // limit instead of sorting the whole backlog.
+    const candidates: ClaimCandidates = ({
+      limit,
+      lock,
+      within,
+      columns,
+    }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c${within ? sql` ${d.byId}` : EMPTY}
+WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
+  AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
+  AND (c.event_key IS NULL OR (NOT EXISTS (
+    SELECT 1 FROM ${ctx.D} p
+    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}))
+ORDER BY c.event_seq
+LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
+    const columns = sql`d.id, d.handler, d.attempts, d.lease_owner, d.lease_token, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${ctx.eventColumns('e')}`;
+    const rows = await d.run(
+      () =>
+        d.claim(
+          {
+            handlers: names,
+            limit: request.limit,
+            leaseMs: request.leaseMs,
+            owner: request.workerId,
+            token,
+          },
+          candidates,
+          columns,
+        ),
+      d.claimRunOptions,
+    );
+    return rows
+      .sort(
+        (a, b) =>
+          Number(a.event_seq) - Number(b.event_seq) ||
+          String(a.handler).localeCompare(String(b.handler)),
+      )
+      .map((r) => ({
+        id: String(r.id),
+        handler: String(r.handler),
+        attempt: Number(r.attempts),
+        event: ctx.toEvent(r),
+        lease: {
+          deliveryId: String(r.id),
+          owner: String(r.lease_owner),
+          token: String(r.lease_token),
+          leaseUntil: d.readTime(r.lease_until),
+        },
+      }));
+  }
+
+  /**
+   * Per-key order across expansion (README Guarantees 6): an earlier event of the key that is still an
+   * unexpanded delivery of a type the handler subscribes to will become one of the handler's
+   * deliveries, so it blocks the later ones just as that delivery would. This covers placeholders
+   * this claim did not get to expand (a backlog beyond EXPAND_BATCH, or not due yet) and those
+   * another worker is expanding right now: its row is locked (SKIP LOCKED skipped it) but, until
+   * that transaction commits, the committed placeholder is still what this statement reads, and
+   * afterwards the expanded copies are. Served by the (handler, event_key, event_seq) index.
+   */
+  private unexpandedBlocker(request: ClaimRequest): SqlText {
+    const typesOf = new Map<string, Set<string>>();
+    for (const h of request.handlers) {
+      const types = typesOf.get(h.name) ?? new Set<string>();
+      for (const type of h.types) types.add(type);
+      typesOf.set(h.name, types);
+    }
+    // Handlers with the same types share one condition (usually: one per type).
+    const byTypes = new Map<string, { handlers: string[]; types: string[] }>();
+    for (const [handler, types] of typesOf) {
+      if (types.size === 0) continue;
+      const sorted = [...types].sort();
+      const k = JSON.stringify(sorted);
+      const group = byTypes.get(k) ?? { handlers: [], types: sorted };
+      group.handlers.push(handler);
+      byTypes.set(k, group);
+    }
+    if (byTypes.size === 0) return EMPTY;
+    const which = join(
+      [...byTypes.values()].map(
+        (g) => sql`(c.handler IN (${list(g.handlers)}) AND u.event_type IN (${list(g.types)}))`,
+      ),
+      ' OR ',
+    );
+    return sql` AND NOT EXISTS (
+    SELECT 1 FROM ${this.ctx.D} u
+    WHERE u.handler = ${UNEXPANDED_HANDLER} AND u.event_key = c.event_key AND u.status IN ('pending', 'leased') AND u.event_seq < c.event_seq AND (${which}))`;
+  }
+
+  /**
+   * Turns due unexpanded deliveries of types this worker handles into one delivery per handler,
+   * oldest first, keeping the event's position so per-key order holds across the expansion.
+   * Placeholders not due yet stay as they are until they are (they still hold their key, see
+   * `unexpandedBlocker`), so a backlog of scheduled events never delays the due ones.
+   */
+  private async expand(request: ClaimRequest): Promise<void> {
+    const { ctx } = this;
+    const byType = new Map<string, string[]>();
+    for (const h of request.handlers) {
+      for (const type of h.types)
+        byType.set(type, [...new Set([...(byType.get(type) ?? []), h.name])]);
+    }
+    if (byType.size === 0) return;
+    const select = (lock: SqlText) =>
+      sql`SELECT id, event_type FROM ${ctx.D} WHERE handler = ${UNEXPANDED_HANDLER} AND status = 'pending' AND available_at <= ${ctx.dialect.now} AND event_type IN (${list([...byType.keys()])}) ORDER BY event_seq LIMIT ${raw(String(EXPAND_BATCH))} ${lock}`;
+    // Cheap unlocked probe first, so the common case costs one statement and no transaction, and
+    // after an empty probe none at all for a while (an app-clock throttle, not a due time).
+    if (performance.now() < ctx.expandQuietUntil) return;
+    const probe = await ctx.one(select(EMPTY));
+    if (probe.rows.length === 0) {
+      ctx.expandQuietUntil = performance.now() + EXPAND_PROBE_QUIET_MS;
+      return;
+    }
+    const d = ctx.dialect;
+    const D = ctx.D;
+    await d.run(
+      function* (): Plan<void> {
+        const { rows } = yield select(d.skipLocked);
+        if (rows.length === 0) return;
+        const copies: SqlText[] = [];
+        for (const row of rows) {
+          for (const handler of byType.get(String(row.event_type)) ?? []) {
+            copies.push(
+              sql`SELECT ${d.uuid(randomUUID())}, event_seq, event_type, event_key, ${handler}, status, attempts, available_at, errors FROM ${D} WHERE id = ${row.id}`,
+            );
+          }
+        }
+        yield sql`INSERT INTO ${D} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors) ${join(copies, ' UNION ALL ')}`;
+        yield sql`DELETE FROM ${D} WHERE ${d.anyOf(
+          raw('id'),
+          rows.map((r) => r.id),
+          'uuid',
+        )}`;
+      },
+      { transaction: true, deadlockRetries: 3 },
+    );
+  }
+}

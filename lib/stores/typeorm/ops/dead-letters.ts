@@ -1,0 +1,189 @@
+import { OutboxValidationError } from '../../../errors/outbox-validation.error';
+import {
+  DeadLetter,
+  DeadLetterFilter,
+  DeadLetterPage,
+  DeadLetterPageQuery,
+  DeadLetterReason,
+  DeadLetterSelector,
+  DeadLetterSummaryRow,
+} from '../../../interfaces/outbox-store.interface';
+import { isUuid } from '../../../outbox-validation';
+import { decodeCursor, encodeCursor, errorFingerprint } from '../../store-helpers';
+import { Plan, Row } from '../dialects/sql-dialect';
+import { EMPTY, join, raw, sql, SqlText } from '../sql';
+import { ID_BATCH, parseErrors, StoreContext } from './context';
+import { deleteOrphans } from './maintenance';
+
+/** Column list of deliveries as replay writes them back. */
+const REPLAY_COLUMNS =
+  'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors';
+
+/** The admin side of dead letters: list, read, summarize, replay, purge. */
+export class DeadLetterOps {
+  constructor(private readonly ctx: StoreContext) {}
+
+  /** Conditions selecting dead letters; `a` is the column prefix ('' or 'd.'). */
+  private deadWhere(filter: DeadLetterFilter, a = ''): SqlText {
+    const d = this.ctx.dialect;
+    const col = (c: string) => raw(`${a}${c}`);
+    const conds = [raw('1 = 1')];
+    if (filter.type !== undefined) conds.push(sql`${col('event_type')} = ${filter.type}`);
+    if (filter.handler !== undefined) conds.push(sql`${col('handler')} = ${filter.handler}`);
+    if (filter.key !== undefined) conds.push(sql`${col('event_key')} = ${filter.key}`);
+    if (filter.failedBefore !== undefined)
+      conds.push(sql`${col('dead_at')} < ${d.time(filter.failedBefore)}`);
+    if (filter.failedAfter !== undefined)
+      conds.push(sql`${col('dead_at')} >= ${d.time(filter.failedAfter)}`);
+    return join(conds, ' AND ');
+  }
+
+  private selectorWhere(selector: DeadLetterSelector): SqlText | null {
+    if ('ids' in selector) {
+      const ids = [...new Set(selector.ids.filter(isUuid))];
+      if (ids.length === 0) return null;
+      return this.ctx.dialect.anyOf(raw('id'), ids, 'uuid');
+    }
+    return this.deadWhere(selector.filter ?? {});
+  }
+
+  private deadColumns(): SqlText {
+    const d = this.ctx.dialect;
+    return sql`d.id, d.handler, d.attempts, d.reason, ${d.jsonOut(raw('d.errors'))} AS errors, ${d.timeOut(raw('d.dead_at'))} AS dead_at, ${this.ctx.eventColumns('e')}`;
+  }
+
+  private toDeadLetter(r: Row): DeadLetter {
+    const event = this.ctx.toEvent(r);
+    return {
+      id: String(r.id),
+      eventId: event.id,
+      type: event.type,
+      key: event.key,
+      handler: String(r.handler),
+      payload: event.payload,
+      headers: event.headers,
+      occurredAt: event.occurredAt,
+      attempts: Number(r.attempts),
+      reason: (r.reason ?? 'exhausted') as DeadLetterReason,
+      errors: parseErrors(r.errors),
+      deadAt: this.ctx.dialect.readTime(r.dead_at),
+    };
+  }
+
+  async list(query: DeadLetterPageQuery): Promise<DeadLetterPage> {
+    const { ctx } = this;
+    const d = ctx.dialect;
+    const limit = Math.max(1, Math.floor(query.limit));
+    const after = query.cursor ? decodeCursor(query.cursor) : null;
+    if (after && !isUuid(after.id))
+      throw new OutboxValidationError('cursor', 'is not a cursor returned by a previous page');
+    const keyset = after
+      ? sql` AND (d.dead_at > ${d.time(after.deadAt)} OR (d.dead_at = ${d.time(after.deadAt)} AND d.id > ${after.id}))`
+      : EMPTY;
+    const { rows } = await ctx.one(
+      sql`SELECT ${this.deadColumns()} FROM ${ctx.DL} d JOIN ${ctx.E} e ON e.seq = d.event_seq WHERE ${this.deadWhere(query, 'd.')}${keyset} ORDER BY d.dead_at, d.id LIMIT ${raw(String(limit + 1))}`,
+    );
+    const items = rows.slice(0, limit).map((r) => this.toDeadLetter(r));
+    const last = items[items.length - 1];
+    return {
+      items,
+      nextCursor:
+        rows.length > limit && last ? encodeCursor({ deadAt: last.deadAt, id: last.id }) : null,
+    };
+  }
+
+  async get(id: string): Promise<DeadLetter | null> {
+    if (!isUuid(id)) return null;
+    const { ctx } = this;
+    const { rows } = await ctx.one(
+      sql`SELECT ${this.deadColumns()} FROM ${ctx.DL} d JOIN ${ctx.E} e ON e.seq = d.event_seq WHERE d.id = ${id}`,
+    );
+    return rows[0] ? this.toDeadLetter(rows[0]) : null;
+  }
+
+  async summarize(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
+    const { ctx } = this;
+    const { rows } = await ctx.one(
+      sql`SELECT d.event_type, d.handler, ${ctx.dialect.jsonOut(raw('d.errors'))} AS errors FROM ${ctx.DL} d WHERE ${this.deadWhere(filter, 'd.')}`,
+    );
+    const groups = new Map<string, DeadLetterSummaryRow>();
+    for (const r of rows) {
+      const errors = parseErrors(r.errors);
+      const last = errors[errors.length - 1];
+      const row = {
+        type: String(r.event_type),
+        handler: String(r.handler),
+        errorName: last?.name ?? 'Error',
+        fingerprint: errorFingerprint(last?.message ?? ''),
+        count: 0,
+      };
+      const k = JSON.stringify([row.type, row.handler, row.errorName, row.fingerprint]);
+      const group = groups.get(k) ?? row;
+      group.count += 1;
+      groups.set(k, group);
+    }
+    return [...groups.values()].sort((a, b) => b.count - a.count);
+  }
+
+  /**
+   * Moves dead letters back to the open deliveries, `ID_BATCH` per transaction until none is
+   * left: attempts reset, error history kept, the same delivery id and event position (so per-key
+   * order puts it before later events of its key).
+   */
+  async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    const where = this.selectorWhere(selector);
+    if (!where) return 0;
+    const { ctx } = this;
+    const d = ctx.dialect;
+    const at = availableAt ? d.time(availableAt) : d.now;
+    let total = 0;
+    for (;;) {
+      const moved = await d.run(
+        () =>
+          d.moveRows({
+            from: ctx.DL,
+            to: ctx.D,
+            where,
+            limit: ID_BATCH,
+            columns: REPLAY_COLUMNS,
+            values: sql`id, event_seq, event_type, event_key, handler, 'pending', 0, ${at}, errors`,
+          }),
+        d.moveRunOptions,
+      );
+      total += moved.length;
+      if (moved.length < ID_BATCH) return total;
+    }
+  }
+
+  /** Deletes dead letters (and events nothing refers to any more), `ID_BATCH` at a time. */
+  async purge(selector: DeadLetterSelector): Promise<number> {
+    const where = this.selectorWhere(selector);
+    if (!where) return 0;
+    const { ctx } = this;
+    const { DL } = ctx;
+    let total = 0;
+    for (;;) {
+      const { read, purged } = await ctx.dialect.run(
+        function* (): Plan<{ read: number; purged: number }> {
+          const { rows } =
+            yield sql`SELECT id, event_seq FROM ${DL} WHERE ${where} ORDER BY id LIMIT ${raw(String(ID_BATCH))}`;
+          if (rows.length === 0) return { read: 0, purged: 0 };
+          // The selector is checked again by the delete (a row replayed meanwhile is not here).
+          const { affected } = yield sql`DELETE FROM ${DL} WHERE ${ctx.dialect.anyOf(
+            raw('id'),
+            rows.map((r) => r.id),
+            'uuid',
+          )} AND ${where}`;
+          yield* deleteOrphans(
+            ctx,
+            rows.map((r) => Number(r.event_seq)),
+          );
+          return { read: rows.length, purged: affected };
+        },
+        { transaction: true, deadlockRetries: 3 },
+      );
+      total += purged;
+      if (read < ID_BATCH) return total;
+    }
+  }
+}
