@@ -29,3 +29,4 @@ export * from './stores/typeorm';
 export * from './inbox';
 export * from './stores/redis';
 export * from './idempotency';
+export * from './observability';
