@@ -33,8 +33,10 @@ export class OutboxLogListener implements OnModuleInit, OnModuleDestroy {
       events.on('lease-lost', (e) => logger.warn(ObservabilityMessages.leaseLost(e, e.during))),
       events.on('store-error', (e) => logger.warn(ObservabilityMessages.storeError(e))),
     );
-    // Building a line per claimed delivery is skipped unless debug lines are printed at all.
-    if (Logger.isLevelEnabled('debug')) {
+    // A line per claimed delivery is not even built when the app's log levels leave debug out
+    // (levels unknown, as with a custom logger instance: the logger decides).
+    const levels = (Logger as unknown as { logLevels?: unknown }).logLevels;
+    if (!Array.isArray(levels) || Logger.isLevelEnabled('debug')) {
       this.unsubscribe.push(
         events.on('claimed', (e) => logger.debug(ObservabilityMessages.claimed(e))),
       );
