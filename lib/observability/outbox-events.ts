@@ -105,10 +105,11 @@ export class OutboxEvents implements OnApplicationBootstrap {
     if (!this.moduleRef) return null;
     let EventEmitter2: abstract new (...args: never[]) => unknown;
     try {
-      // Loaded only when installed: an optional peer (README "Monitoring").
-      ({ EventEmitter2 } = require('@nestjs/event-emitter') as {
-        EventEmitter2: typeof EventEmitter2;
-      });
+      // An optional peer: used only when the app itself loaded it (to register
+      // EventEmitterModule), so an app that does not use it never loads it through us.
+      const path = require.resolve('@nestjs/event-emitter');
+      if (!require.cache[path]) return null;
+      ({ EventEmitter2 } = require(path) as { EventEmitter2: typeof EventEmitter2 });
     } catch {
       return null;
     }

@@ -73,7 +73,7 @@ export class OutboxHealthIndicator {
       details.reasons.push(
         error instanceof HealthTimeout
           ? `store unreachable: no answer within ${timeoutMs} ms`
-          : `store unreachable: ${error instanceof Error ? error.message : String(error)}`,
+          : `store check failed: ${error instanceof Error ? error.message : String(error)}`,
       );
       return session.down(details) as OutboxHealthResult<Key>;
     }
