@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
 import { OUTBOX_RESOLVED_OPTIONS } from '../outbox.constants';
 import { ObservabilityMessages } from './observability.messages';
@@ -11,7 +11,7 @@ import { OutboxEvents } from './outbox-events';
  * type, handler, attempt and worker; payloads are never logged. Off with `logs: false`.
  */
 @Injectable()
-export class OutboxLogListener implements OnModuleInit, OnModuleDestroy {
+export class OutboxLogListener implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger('OutboxDispatcher');
   private readonly unsubscribe: (() => void)[] = [];
 
@@ -43,7 +43,8 @@ export class OutboxLogListener implements OnModuleInit, OnModuleDestroy {
     }
   }
 
-  onModuleDestroy(): void {
+  /** After the dispatcher's shutdown, so what happens while it drains is still logged. */
+  onApplicationShutdown(): void {
     for (const off of this.unsubscribe.splice(0)) off();
   }
 }

@@ -4,6 +4,7 @@ import {
   Injectable,
   Logger,
   OnApplicationBootstrap,
+  OnApplicationShutdown,
   OnModuleInit,
 } from '@nestjs/common';
 import type * as PromClient from 'prom-client';
@@ -13,6 +14,8 @@ import { OUTBOX_RESOLVED_OPTIONS, OUTBOX_STORE } from '../outbox.constants';
 import { assertInstalled } from '../optional-peers';
 import { ResolvedOutboxMetricsOptions } from './observability-options.interface';
 import { OutboxEvents } from './outbox-events';
+
+type Observer = { observe(value: number): void };
 
 /** The metrics, by name (README "Monitoring"). Labels are names from code, never ids or keys. */
 interface Metrics {
@@ -75,8 +78,12 @@ export class OutboxMetrics
   async beforeApplicationShutdown(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    for (const off of this.unsubscribe.splice(0)) off();
     await this.refreshing;
+  }
+
+  /** After the dispatcher's shutdown, so the outcomes it writes while draining are counted. */
+  onApplicationShutdown(): void {
+    for (const off of this.unsubscribe.splice(0)) off();
   }
 
   /**
@@ -107,6 +114,16 @@ export class OutboxMetrics
 
   private subscribe(m: Metrics): void {
     const { events } = this;
+    // Labelled children are looked up once per label set (bounded: names from code), not
+    // hashed from an object on every delivery.
+    const children = new Map<string, { inc(): void }>();
+    const deliveries = (type: string, handler: string, outcome: string) => {
+      const key = `${outcome}\u0000${handler}\u0000${type}`;
+      let child = children.get(key);
+      if (!child) children.set(key, (child = m.deliveries.labels({ type, handler, outcome })));
+      return child;
+    };
+    const histograms = new Map<string, { duration: Observer; lag: Observer }>();
     const run = (e: {
       handler: string;
       attempt: number;
@@ -115,30 +132,37 @@ export class OutboxMetrics
       availableAt?: Date;
     }) => {
       if (e.durationMs === undefined || e.startedAt === undefined) return;
-      m.handlerDuration.observe({ handler: e.handler }, e.durationMs / 1000);
+      let h = histograms.get(e.handler);
+      if (!h) {
+        h = {
+          duration: m.handlerDuration.labels({ handler: e.handler }),
+          lag: m.deliveryLag.labels({ handler: e.handler }),
+        };
+        histograms.set(e.handler, h);
+      }
+      h.duration.observe(e.durationMs / 1000);
       // Lag is commit (or scheduled time) to the first attempt's start; later attempts wait
       // for their backoff by design.
       if (e.attempt === 1 && e.availableAt) {
-        const lag = Math.max(0, e.startedAt - e.availableAt.getTime()) / 1000;
-        m.deliveryLag.observe({ handler: e.handler }, lag);
+        h.lag.observe(Math.max(0, e.startedAt - e.availableAt.getTime()) / 1000);
       }
     };
     this.unsubscribe.push(
       events.on('appended', (e) => m.appended.inc({ type: e.type })),
       events.on('delivered', (e) => {
-        m.deliveries.inc({ type: e.type, handler: e.handler, outcome: 'delivered' });
+        deliveries(e.type, e.handler, 'delivered').inc();
         run(e);
       }),
       events.on('retry-scheduled', (e) => {
-        m.deliveries.inc({ type: e.type, handler: e.handler, outcome: 'retried' });
+        deliveries(e.type, e.handler, 'retried').inc();
         run(e);
       }),
       events.on('dead-lettered', (e) => {
-        m.deliveries.inc({ type: e.type, handler: e.handler, outcome: 'dead_lettered' });
+        deliveries(e.type, e.handler, 'dead_lettered').inc();
         run(e);
       }),
       events.on('lease-lost', (e) => {
-        m.deliveries.inc({ type: e.type, handler: e.handler, outcome: 'lease_lost' });
+        deliveries(e.type, e.handler, 'lease_lost').inc();
         m.leaseLost.inc();
       }),
       events.on(['inbox-processed', 'inbox-duplicate', 'inbox-failed'], (e) =>
