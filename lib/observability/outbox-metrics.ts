@@ -38,7 +38,7 @@ interface Metrics {
  */
 @Injectable()
 export class OutboxMetrics
-  implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown
+  implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown
 {
   private readonly logger = new Logger('OutboxMetrics');
   private readonly config: ResolvedOutboxMetricsOptions | null;
