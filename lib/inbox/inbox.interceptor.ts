@@ -147,7 +147,7 @@ export class InboxInterceptor implements NestInterceptor {
  * The headers a message carries, whatever its transport: HTTP request headers, RabbitMQ
  * properties, Kafka headers, NATS headers, MQTT 5 user properties, an outbox event's headers.
  */
-function messageHeaders(context: ExecutionContext): object | undefined {
+export function messageHeaders(context: ExecutionContext): object | undefined {
   const type = context.getType<string>();
   if (type === 'http') {
     return (context.switchToHttp().getRequest() as { headers?: object } | undefined)?.headers;

@@ -208,6 +208,24 @@ describe('OpenTelemetry tracing', () => {
     expect(parentOf(span)).toBe('00f067aa0ba902b7');
   });
 
+  it('without a global propagator the library writes the W3C headers itself', async () => {
+    const { outbox } = await start();
+    propagation.disable();
+    try {
+      const event = await tracer.startActiveSpan('job', async (span) => {
+        try {
+          return await outbox.append({ type: 'order.placed', payload: {} });
+        } finally {
+          span.end();
+        }
+      });
+      const job = exporter.getFinishedSpans().find((s) => s.name === 'job')!;
+      expect(event.headers.traceparent).toMatch(new RegExp(`^00-${traceOf(job)}-[0-9a-f]{16}-01$`));
+    } finally {
+      propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    }
+  });
+
   it('off by default: no headers written, no spans', async () => {
     const { outbox, dispatcher } = await start({});
     const event = await tracer.startActiveSpan('checkout', async (span) => {
