@@ -10,9 +10,10 @@
  *   -off  no `metrics`, no `tracing` (the defaults), no OpenTelemetry SDK in the process.
  *   -sdk  the same options, in a process with a real OpenTelemetry SDK registered: a
  *         BasicTracerProvider whose BatchSpanProcessor hands every span to an exporter that
- *         discards it, the AsyncLocalStorage context manager and the W3C propagator. An app
+ *         discards it, the AsyncLocalStorage context manager (entered once, as an app's
+ *         instrumentations do, which turns its async hooks on) and the W3C propagator. An app
  *         that traces has these whatever the outbox does; on Node 20 the context manager's
- *         promise hooks slow every promise in the process, the outbox's included.
+ *         async hooks slow every promise in the process, the outbox's included.
  *   -on   that SDK plus `metrics: { registry }` (a prom-client Registry of its own; gauges
  *         refreshed every 15 s as by default) and `tracing: true`. The events are appended with
  *         tracing on, so each carries a traceparent the handler span continues.
@@ -88,7 +89,7 @@ class O11yBenchModule {
 }
 
 async function main(): Promise<void> {
-  const { variant } = args();
+  const { variant, round } = args();
   const match = /^(pg|sqlite|memory)-(on|sdk|off)$/.exec(variant);
   if (!match) throw new Error(`unknown variant ${variant}`);
   const [, store, mode] = match;
@@ -116,6 +117,10 @@ async function main(): Promise<void> {
     trace.setGlobalTracerProvider(provider);
     context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
     propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    // A traced app's instrumentations enter contexts all the time, which turns on the context
+    // manager's async hooks for every promise in the process; without this one call, -sdk would
+    // never pay that cost and -on would pay it alone.
+    context.with(context.active(), () => undefined);
   }
 
   const app = await NestFactory.createApplicationContext(
@@ -160,7 +165,9 @@ async function main(): Promise<void> {
       }
     }
     emit({
+      scenario: 'o11y',
       variant,
+      round,
       eventsPerSec: N / ((t1 - t0) / 1000),
       settings: {
         n: N,
