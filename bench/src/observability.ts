@@ -2,7 +2,8 @@
  * Observability overhead (issue 13) — dispatch throughput with metrics and tracing on vs off.
  * N events (default 20 000, no key) are appended first (not timed); then one worker starts with a
  * no-op handler; events/s = N / (worker start → the N-th handler call), as in the dispatch
- * scenario.
+ * scenario, and the worker process's CPU microseconds per event over the same span (the machine
+ * is shared: CPU time moves less with the other processes' load than wall time does).
  *
  * Variants (each in its own process, see run.ts): <store>-off, <store>-sdk and <store>-on,
  * <store> one of pg, sqlite (WAL), memory. All at `concurrency: 100, batchSize: 100`, logs at
@@ -153,8 +154,10 @@ async function main(): Promise<void> {
       await outbox.append(chunk);
     }
     const t0 = now();
+    const cpu0 = process.cpuUsage();
     dispatcher.start();
     await waitFor(() => handled, N, TIMEOUT_MS, variant);
+    const cpu = process.cpuUsage(cpu0);
     await app.close();
     const stats = dispatcher.stats();
     if (handled !== N || stats.succeeded !== N) {
@@ -186,6 +189,9 @@ async function main(): Promise<void> {
       variant,
       round,
       eventsPerSec: N / ((t1 - t0) / 1000),
+      // This process's CPU time (user + system) per delivered event, from start to the N-th
+      // handler call: less sensitive than wall time to the other processes on the machine.
+      cpuUsPerEvent: (cpu.user + cpu.system) / N,
       settings: {
         n: N,
         concurrency: 100,

@@ -193,7 +193,10 @@ const SCENARIOS: Scenario[] = [
       ['pg-sdk', 'pg-off'],
       ['memory-sdk', 'memory-off'],
     ],
-    metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
+    metrics: [
+      { key: 'eventsPerSec', label: 'events/s', higherIsBetter: true },
+      { key: 'cpuUsPerEvent', label: 'CPU µs/event', higherIsBetter: false },
+    ],
   },
 ];
 
