@@ -141,7 +141,8 @@ export class OutboxTracing {
     );
   }
 
-  private async inSpan<T>(
+  /** Runs `run` in a CONSUMER span (a `.then` chain: one promise fewer per handler run). */
+  private inSpan<T>(
     name: string,
     parent: Otel.Context,
     attributes: Otel.Attributes,
@@ -154,14 +155,25 @@ export class OutboxTracing {
       { kind: api.SpanKind.CONSUMER, attributes, links },
       parent,
     );
+    let running: Promise<T>;
     try {
-      return await api.context.with(api.trace.setSpan(parent, span), run);
+      running = api.context.with(api.trace.setSpan(parent, span), run);
     } catch (error) {
       this.fail(span, error);
-      throw error;
-    } finally {
       span.end();
+      throw error;
     }
+    return running.then(
+      (value) => {
+        span.end();
+        return value;
+      },
+      (error: unknown) => {
+        this.fail(span, error);
+        span.end();
+        throw error;
+      },
+    );
   }
 
   private fail(span: Otel.Span, error: unknown): void {
