@@ -33,7 +33,11 @@ import {
 import { InboxCleanupResult, InboxRunResult, InboxStore } from './inbox.store';
 import { OUTBOX_TRACING } from '../observability/observability.constants';
 import { OutboxEvents } from '../observability/outbox-events';
-import type { OutboxTracing } from '../observability/outbox-tracing';
+
+/** What `@Inbox()` needs of the tracing integration (typed without `@opentelemetry/api`). */
+export interface InboxTracing {
+  continueFrom<T>(headers: object | undefined, consumer: string, run: () => Promise<T>): Promise<T>;
+}
 
 const DEFAULT_KEY = Symbol('default inbox DataSource');
 
@@ -69,7 +73,7 @@ export class InboxService
     private readonly reflector: Reflector,
     @Optional() private readonly events: OutboxEvents = new OutboxEvents(),
     /** Read by `@Inbox()` to continue traces from message headers (the `tracing` option). */
-    @Optional() @Inject(OUTBOX_TRACING) readonly tracing: OutboxTracing | null = null,
+    @Optional() @Inject(OUTBOX_TRACING) readonly tracing: InboxTracing | null = null,
   ) {
     this.ambient = new AmbientTransactions(moduleRef);
   }
