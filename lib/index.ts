@@ -39,3 +39,4 @@ export type { RedisClientLike } from './stores/redis/redis-client';
 export * from './inbox';
 export * from './idempotency';
 export * from './relay';
+export * from './observability';

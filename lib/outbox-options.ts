@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { OutboxOptionsError } from './errors/outbox-options.error';
 import { fraction, plainObject, positiveInt } from './option-fields';
 import { resolveInboxOptions } from './inbox/inbox-options';
+import { resolveObservabilityOptions } from './observability/observability-options';
 import {
   BackoffOptions,
   OutboxLimits,
@@ -169,5 +170,7 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
 
   const inbox = resolveInboxOptions(root.inbox, store);
 
-  return { store, dispatcher, limits, retention, inbox };
+  const observability = resolveObservabilityOptions(root);
+
+  return { store, dispatcher, limits, retention, inbox, observability };
 }

@@ -18,6 +18,12 @@ import { createOutboxStore } from './stores/store.factory';
 import { InboxContext } from './inbox/inbox.context';
 import { InboxService } from './inbox/inbox.service';
 import { INBOX_RESOLVED_OPTIONS } from './inbox/inbox.constants';
+import { OUTBOX_TRACING } from './observability/observability.constants';
+import { OutboxEvents } from './observability/outbox-events';
+import { OutboxHealthIndicator } from './observability/outbox-health.indicator';
+import { OutboxLogListener } from './observability/outbox-log.listener';
+import { OutboxMetrics } from './observability/outbox-metrics';
+import { OutboxTracing } from './observability/outbox-tracing';
 
 /**
  * The outbox: `OutboxModule.forRoot(options)` or `forRootAsync({ imports, inject, useFactory })`.
@@ -53,6 +59,17 @@ import { INBOX_RESOLVED_OPTIONS } from './inbox/inbox.constants';
       inject: [OUTBOX_RESOLVED_OPTIONS],
       useFactory: (options: ResolvedOutboxOptions) => options.inbox,
     },
+    {
+      // Loads @opentelemetry/api only with the tracing option (README "Monitoring").
+      provide: OUTBOX_TRACING,
+      inject: [OUTBOX_RESOLVED_OPTIONS],
+      useFactory: (options: ResolvedOutboxOptions) =>
+        options.observability?.tracing ? OutboxTracing.load() : null,
+    },
+    OutboxEvents,
+    OutboxLogListener,
+    OutboxMetrics,
+    OutboxHealthIndicator,
     OutboxMetadataAccessor,
     OutboxHandlerRegistry,
     OutboxExplorer,
@@ -70,6 +87,9 @@ import { INBOX_RESOLVED_OPTIONS } from './inbox/inbox.constants';
     OutboxHandlerRegistry,
     InboxService,
     InboxContext,
+    OutboxEvents,
+    OutboxMetrics,
+    OutboxHealthIndicator,
   ],
 })
 export class OutboxModule extends OutboxConfigurableModule {}

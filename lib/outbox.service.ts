@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { AmbientTransaction, AmbientTransactions } from './ambient-transaction';
 import { OutboxValidationError } from './errors/outbox-validation.error';
@@ -8,6 +8,9 @@ import { AppendableEvent, OutboxStore } from './interfaces/outbox-store.interfac
 import { OUTBOX_RESOLVED_OPTIONS, OUTBOX_STORE } from './outbox.constants';
 import { OutboxHandlerRegistry } from './outbox-handler.registry';
 import { validateEvent } from './outbox-validation';
+import { OUTBOX_TRACING } from './observability/observability.constants';
+import { OutboxEvents } from './observability/outbox-events';
+import type { OutboxTracing } from './observability/outbox-tracing';
 
 export interface AppendOptions {
   /**
@@ -29,6 +32,8 @@ export class OutboxService {
     @Inject(OUTBOX_RESOLVED_OPTIONS) private readonly options: ResolvedOutboxOptions,
     private readonly registry: OutboxHandlerRegistry,
     moduleRef: ModuleRef,
+    @Optional() private readonly events: OutboxEvents = new OutboxEvents(),
+    @Optional() @Inject(OUTBOX_TRACING) private readonly tracing: OutboxTracing | null = null,
   ) {
     this.ambient = new AmbientTransactions(moduleRef);
   }
@@ -57,8 +62,24 @@ export class OutboxService {
         `has ${list.length} events, over the limit of ${limits.appendMaxEvents} per append (limits.appendMaxEvents)`,
       );
     }
+    if (!this.tracing) return this.write(list, single, options, null);
+    // A producer span; each event's headers carry its context (README "Monitoring").
+    const types = list.map((e) => (e as { type?: unknown })?.type).map(String);
+    return this.tracing.send(types, (stamp) => this.write(list, single, options, stamp));
+  }
+
+  private async write<T>(
+    list: OutboxEventInput<T>[],
+    single: boolean,
+    options: AppendOptions,
+    stamp: ((headers: OutboxEventInput['headers']) => Record<string, string>) | null,
+  ): Promise<OutboxEvent<T> | OutboxEvent<T>[]> {
+    const { limits } = this.options;
     const events: AppendableEvent[] = list.map((e, i) => {
-      const valid = validateEvent(e, limits, single ? 'event' : `events[${i}]`);
+      // Headers that are not a map are left for validation to report.
+      const stampable = stamp && isObject(e) && (e.headers === undefined || isObject(e.headers));
+      const input = stampable ? { ...e, headers: stamp(headersOf(e)) } : e;
+      const valid = validateEvent(input, limits, single ? 'event' : `events[${i}]`);
       return { ...valid, handlers: this.registry.handlerNamesFor(valid.type) };
     });
     // Only SQL stores can join a transaction: memory ignores a manager, Redis refuses one.
@@ -71,8 +92,29 @@ export class OutboxService {
       .catch((error: unknown) => {
         throw ambient ? refuseAmbient(ambient, error) : error;
       });
+    if (this.events.wants('appended')) {
+      for (let i = 0; i < stored.length; i++) {
+        const { id, type } = stored[i];
+        this.events.emit({
+          kind: 'appended',
+          eventId: id,
+          type,
+          handlers: events[i].handlers.length,
+        });
+      }
+    }
     return (single ? stored[0] : stored) as OutboxEvent<T> | OutboxEvent<T>[];
   }
+}
+
+function isObject(value: unknown): value is object {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Headers as given, when they are a plain map (validation reports anything else). */
+function headersOf(event: object): Record<string, string> | undefined {
+  const { headers } = event as { headers?: unknown };
+  return isObject(headers) ? (headers as Record<string, string>) : undefined;
 }
 
 /**

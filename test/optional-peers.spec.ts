@@ -14,7 +14,7 @@ describe('optional peer dependencies', () => {
       require('./lib/index.ts');
       const loaded = Object.keys(require.cache);
       // (@nestjs/core itself loads @nestjs/microservices when installed, so it is not checked here.)
-      const peers = ['typeorm', 'ioredis', 'pg', 'mysql2', 'better-sqlite3', '@nestjs/typeorm', 'nestjs-cls', '@nestjs-cls/transactional', 'amqplib'];
+      const peers = ['typeorm', 'ioredis', 'pg', 'mysql2', 'better-sqlite3', '@nestjs/typeorm', 'nestjs-cls', '@nestjs-cls/transactional', 'amqplib', 'prom-client', '@nestjs/terminus', '@opentelemetry/api', '@nestjs/event-emitter'];
       console.log(JSON.stringify(peers.filter((p) => loaded.some((f) => f.includes('/node_modules/' + p + '/')))));
     `;
     const out = execFileSync(
@@ -132,5 +132,79 @@ describe('missing optional packages are reported together', () => {
       'OutboxAdminModule needs the optional packages "class-validator" and "class-transformer", ' +
         'which are not installed. Install them with: npm install class-validator class-transformer',
     );
+  });
+});
+
+/** Runs an app on the memory store in a fresh process with `options`, then `after(app)`. */
+const bootApp = (options: string, after = '() => undefined') => `
+  require('reflect-metadata');
+  const { Test } = require('@nestjs/testing');
+  const { ScheduleModule } = require('@nestjs/schedule');
+  const { OutboxModule, OutboxHealthIndicator } = require('./lib/index.ts');
+  (async () => {
+    let app;
+    try {
+      const moduleRef = await Test.createTestingModule({
+        imports: [ScheduleModule.forRoot(), OutboxModule.forRoot({ store: { type: 'memory' }, ${options} })],
+      }).compile();
+      app = moduleRef.createNestApplication({ logger: false });
+      await app.init();
+      const result = await (${after})(app, OutboxHealthIndicator);
+      const loaded = Object.keys(require.cache);
+      const peers = ['prom-client', '@nestjs/terminus', '@opentelemetry/api', '@nestjs/event-emitter'];
+      console.log(JSON.stringify({ result, loaded: peers.filter((p) => loaded.some((f) => f.includes('/node_modules/' + p + '/'))) }));
+    } catch (error) {
+      console.log(JSON.stringify({ error: error.message }));
+    } finally {
+      await app?.close();
+    }
+  })();
+`;
+
+describe('observability integrations are optional peers', () => {
+  const all = ['prom-client', '@nestjs/terminus', '@opentelemetry/api', '@nestjs/event-emitter'];
+
+  it('an app with default options loads none of them, even when installed', () => {
+    expect(JSON.parse(withoutPackages([], bootApp('')))).toEqual({ loaded: [] });
+  });
+
+  it('an app with default options runs when none of them is installed', () => {
+    expect(JSON.parse(withoutPackages(all, bootApp('')))).toEqual({ loaded: [] });
+  });
+
+  it('each integration, turned on without its package, names it and the install command', () => {
+    expect(JSON.parse(withoutPackages(all, bootApp('metrics: true')))).toEqual({
+      error:
+        'Outbox metrics (the metrics option) needs the optional package "prom-client", which is not installed. ' +
+        'Install it with: npm install prom-client',
+    });
+    expect(JSON.parse(withoutPackages(all, bootApp('tracing: true')))).toEqual({
+      error:
+        'Outbox tracing (the tracing option) needs the optional package "@opentelemetry/api", which is not installed. ' +
+        'Install it with: npm install @opentelemetry/api',
+    });
+    const health = '(app, Indicator) => app.get(Indicator).isHealthy()';
+    expect(JSON.parse(withoutPackages(all, bootApp('', health)))).toEqual({
+      error:
+        'OutboxHealthIndicator needs the optional package "@nestjs/terminus", which is not installed. ' +
+        'Install it with: npm install @nestjs/terminus',
+    });
+  });
+
+  it('each integration loads only its own package', () => {
+    // (prom-client 15 itself depends on @opentelemetry/api, for exemplars.)
+    expect(JSON.parse(withoutPackages([], bootApp('metrics: true'))).loaded).toEqual([
+      'prom-client',
+      '@opentelemetry/api',
+    ]);
+    expect(JSON.parse(withoutPackages([], bootApp('tracing: true'))).loaded).toEqual([
+      '@opentelemetry/api',
+    ]);
+    const health =
+      '(app, Indicator) => app.get(Indicator).isHealthy().then((r) => r.outbox.status)';
+    expect(JSON.parse(withoutPackages([], bootApp('', health)))).toEqual({
+      result: 'up',
+      loaded: ['@nestjs/terminus'],
+    });
   });
 });

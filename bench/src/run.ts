@@ -3,7 +3,7 @@
  * (round 1: a b c …, round 2: b c … a, …), then prints medians and paired ratios (each ratio is
  * taken within one round, where both runs saw the same machine load, then the median of those).
  *
- *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3] [dispatch] [wake] [wakecost] [scale]
+ *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3] [dispatch] [wake] [wakecost] [scale] [o11y]
  *   BENCH_ROUNDS=3 (default); BENCH_S2_VARIANTS=ours-sqlite,pgboss (etc.) picks variants
  */
 import { spawnSync } from 'node:child_process';
@@ -197,6 +197,36 @@ const SCENARIOS: Scenario[] = [
       ['redis-4-io', 'redis-1-io'],
     ],
     metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
+  },
+  {
+    id: 'o11y',
+    file: 'observability.ts',
+    title: `Observability — dispatch of ${envInt('BENCH_O11Y_N', 20_000)} pre-filled events, no-op handler, concurrency 100 / batch 100: metrics and tracing on vs off, with and without an OpenTelemetry SDK in the process (events/s)`,
+    variants: [
+      'pg-on',
+      'pg-sdk',
+      'pg-off',
+      'sqlite-on',
+      'sqlite-sdk',
+      'sqlite-off',
+      'memory-on',
+      'memory-sdk',
+      'memory-off',
+    ],
+    pairs: [
+      ['pg-on', 'pg-sdk', 0.9],
+      ['sqlite-on', 'sqlite-sdk', 0.9],
+      ['memory-on', 'memory-sdk', 0.9],
+      ['pg-on', 'pg-off'],
+      ['sqlite-on', 'sqlite-off'],
+      ['memory-on', 'memory-off'],
+      ['pg-sdk', 'pg-off'],
+      ['memory-sdk', 'memory-off'],
+    ],
+    metrics: [
+      { key: 'eventsPerSec', label: 'events/s', higherIsBetter: true },
+      { key: 'cpuUsPerEvent', label: 'CPU µs/event', higherIsBetter: false },
+    ],
   },
 ];
 

@@ -4,6 +4,7 @@ import {
   Injectable,
   Logger,
   OnApplicationBootstrap,
+  Optional,
 } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { SchedulerRegistry } from '@nestjs/schedule';
@@ -27,6 +28,10 @@ import {
 } from '../outbox.constants';
 import { OutboxHandlerRegistry, RegisteredHandler } from '../outbox-handler.registry';
 import { OutboxMessages } from '../outbox.messages';
+import { OUTBOX_TRACING } from '../observability/observability.constants';
+import { OutboxEvents } from '../observability/outbox-events';
+import type { DeliveryObservation, ObservedError } from '../observability/outbox-events.interface';
+import type { OutboxTracing } from '../observability/outbox-tracing';
 import { decideOutcome, RunResult } from './delivery-outcome';
 import { KeptLease, LeaseKeeper } from './lease-keeper';
 import { OutcomeReporter } from './outcome-reporter';
@@ -60,6 +65,9 @@ interface Run {
   delivery: ClaimedDelivery;
   handler: RegisteredHandler;
   kept: KeptLease;
+  /** When the handler started: epoch ms (for lag) and monotonic (for its duration). */
+  startedAt: number;
+  started: number;
   /** Monotonic local time (`performance.now()`) after which the handler counts as timed out. */
   deadline: number;
   timeoutMs: number;
@@ -69,6 +77,12 @@ interface Run {
   interruptedBy: unknown;
   interrupt: (reason: unknown) => void;
   done: Promise<void>;
+}
+
+/** How a handler run went, for the event stream (absent: the delivery never ran here). */
+interface RunTiming {
+  startedAt: number;
+  durationMs: number;
 }
 
 /**
@@ -140,6 +154,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     @Inject(OUTBOX_RESOLVED_OPTIONS) private readonly options: ResolvedOutboxOptions,
     private readonly registry: OutboxHandlerRegistry,
     private readonly moduleRef: ModuleRef,
+    /** What happens is reported here (logs and metrics listen); see the README's "Monitoring". */
+    @Optional() private readonly events: OutboxEvents = new OutboxEvents(),
+    @Optional() @Inject(OUTBOX_TRACING) private readonly tracing: OutboxTracing | null = null,
   ) {
     this.config = options.dispatcher;
     this.keeper = new LeaseKeeper(store, this.config.leaseMs, (lease, error) =>
@@ -437,6 +454,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
     this.morePending = claimed.length >= limit;
     this.counters.claimed += claimed.length;
+    if (this.events.wants('claimed')) {
+      for (const c of claimed) this.events.emit({ kind: 'claimed', ...this.observe(c) });
+    }
     if (this.state === 'stopping') {
       await Promise.all(claimed.map((c) => this.release(c.lease)));
       return 0;
@@ -462,7 +482,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       const error = new OutboxError(
         `No outcome reported by ${delivery.attempt - 1} attempt(s); the worker running them stopped`,
       );
-      this.report(delivery, delivery.lease, handler, { failed: true, failure: error });
+      this.report(delivery, delivery.lease, handler, { failed: true, failure: error }, null);
       return;
     }
     const kept: KeptLease = this.keeper.keep(delivery.lease, sentAt, (error) => {
@@ -470,8 +490,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       // Lost while waiting for a slot: it never started, so there is nothing to stop.
       const index = this.waiting.indexOf(waiting);
       if (index >= 0) this.waiting.splice(index, 1);
-      this.counters.leaseLost++;
-      this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
+      this.leaseLost(delivery, 'renewal');
     });
     const waiting: Waiting = { delivery, handler, kept, run: null };
     this.waiting.push(waiting);
@@ -501,6 +520,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       delivery,
       handler,
       kept,
+      startedAt: Date.now(),
+      started: performance.now(),
       deadline: performance.now() + timeoutMs,
       timeoutMs,
       controller: null,
@@ -541,7 +562,19 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       deliveryId: delivery.id,
       handler: handler.name,
     };
-    const invocation = handler.invoke(delivery.event, context);
+    // With tracing on, each attempt runs in a consumer span continuing the appender's trace.
+    const invocation = this.tracing
+      ? this.tracing.process(
+          delivery.event,
+          {
+            handler: handler.name,
+            deliveryId: delivery.id,
+            attempt: delivery.attempt,
+            workerId: this.workerId,
+          },
+          () => handler.invoke(delivery.event, context),
+        )
+      : handler.invoke(delivery.event, context);
     let result: RunResult;
     try {
       await Promise.race([invocation, interrupted]);
@@ -549,11 +582,12 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     } catch (error) {
       result = { failed: true, failure: error, interruptedBy: run.interruptedBy };
     }
+    const timing = { startedAt: run.startedAt, durationMs: performance.now() - run.started };
     this.keeper.release(run.kept);
     if (run.interruptedBy !== undefined && result.failure === run.interruptedBy) {
       this.abandon(delivery.id, invocation);
     }
-    this.report(delivery, run.kept.lease, handler, result);
+    this.report(delivery, run.kept.lease, handler, result, timing);
   }
 
   /** Remembers a run the dispatcher stopped waiting for until its handler really returns. */
@@ -568,12 +602,16 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     });
   }
 
-  /** Decides what happens to the delivery and has the reporter write it in the background. */
+  /**
+   * Decides what happens to the delivery and has the reporter write it in the background; each
+   * outcome, once written, is reported on the event stream (the logs and metrics listen there).
+   */
   private report(
     delivery: ClaimedDelivery,
     lease: Lease,
     handler: RegisteredHandler,
     result: RunResult,
+    timing: RunTiming | null,
   ): void {
     const outcome = decideOutcome(result, {
       attempt: delivery.attempt,
@@ -583,14 +621,23 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       isShutdown: (reason) => reason instanceof OutboxShutdownError,
     });
     if (outcome.kind === 'lost') {
-      this.counters.leaseLost++;
-      this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
+      this.leaseLost(delivery, 'renewal');
       return;
     }
     if (outcome.kind === 'abandoned') return;
     if (outcome.kind === 'ack') {
       this.reporter.ack(lease).then(
-        () => this.counters.succeeded++,
+        () => {
+          this.counters.succeeded++;
+          if (this.events.wants('delivered')) {
+            this.events.emit({
+              kind: 'delivered',
+              ...this.observe(delivery),
+              ...(timing ?? { startedAt: Date.now(), durationMs: 0 }),
+              availableAt: delivery.event.availableAt,
+            });
+          }
+        },
         (error) => this.reportFailed(handler, delivery, 'ack', error),
       );
       return;
@@ -601,15 +648,16 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.reporter.deadLetter(lease, outcome.reason, error).then(
         () => {
           this.counters.deadLettered++;
-          this.logger.error(
-            OutboxMessages.handlerFailed(
-              handler.name,
-              delivery.event.id,
-              delivery.attempt,
-              result.failure,
-              `dead-lettered (${outcome.reason})`,
-            ),
-          );
+          if (this.events.wants('dead-lettered')) {
+            this.events.emit({
+              kind: 'dead-lettered',
+              ...this.observe(delivery),
+              ...timing,
+              ...(timing ? { availableAt: delivery.event.availableAt } : {}),
+              reason: outcome.reason,
+              error: observedError(result.failure),
+            });
+          }
         },
         (e) => this.reportFailed(handler, delivery, 'retry', e),
       );
@@ -618,18 +666,38 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     this.reporter.retry(lease, outcome.delayMs, error).then(
       () => {
         this.counters.retried++;
-        this.logger.warn(
-          OutboxMessages.handlerFailed(
-            handler.name,
-            delivery.event.id,
-            delivery.attempt,
-            result.failure,
-            `retrying in ${outcome.delayMs} ms`,
-          ),
-        );
+        if (this.events.wants('retry-scheduled')) {
+          this.events.emit({
+            kind: 'retry-scheduled',
+            ...this.observe(delivery),
+            ...(timing ?? { startedAt: Date.now(), durationMs: 0 }),
+            availableAt: delivery.event.availableAt,
+            delayMs: outcome.delayMs,
+            error: observedError(result.failure),
+          });
+        }
       },
       (e) => this.reportFailed(handler, delivery, 'retry', e),
     );
+  }
+
+  /** What the event stream says about a delivery (ids and names, never the payload). */
+  private observe(delivery: ClaimedDelivery): DeliveryObservation {
+    return {
+      eventId: delivery.event.id,
+      type: delivery.event.type,
+      deliveryId: delivery.id,
+      handler: delivery.handler,
+      attempt: delivery.attempt,
+      workerId: this.workerId,
+    };
+  }
+
+  private leaseLost(delivery: ClaimedDelivery, during: 'renewal' | 'outcome'): void {
+    this.counters.leaseLost++;
+    if (this.events.wants('lease-lost')) {
+      this.events.emit({ kind: 'lease-lost', ...this.observe(delivery), during });
+    }
   }
 
   /** A lost lease or store error discards the outcome (the delivery is redelivered later). */
@@ -640,8 +708,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     error: unknown,
   ): void {
     if (error instanceof LeaseLostError) {
-      this.counters.leaseLost++;
-      this.logger.warn(OutboxMessages.leaseLost(handler.name, delivery.id));
+      this.leaseLost(delivery, 'outcome');
     } else if (error !== this.lastOutcomeError) {
       // One failed batch rejects each of its acks with the same error: one store error, one line.
       this.lastOutcomeError = error;
@@ -692,7 +759,15 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.config.storeErrorBackoffMs * 2 ** Math.min(20, this.consecutiveStoreErrors - 1),
     );
     this.backoffUntil = performance.now() + delay;
-    this.logger.warn(OutboxMessages.storeError(operation, error, delay));
+    if (this.events.wants('store-error')) {
+      this.events.emit({
+        kind: 'store-error',
+        operation,
+        error: observedError(error),
+        retryInMs: delay,
+        workerId: this.workerId,
+      });
+    }
   }
 
   private async release(lease: Lease): Promise<void> {
@@ -769,6 +844,12 @@ async function settleWithin(promise: Promise<unknown>, deadline: number): Promis
   } finally {
     clearTimeout(timer);
   }
+}
+
+function observedError(error: unknown): ObservedError {
+  return error instanceof Error
+    ? { name: error.name, message: error.message }
+    : { name: typeof error, message: safeString(error) };
 }
 
 function safeString(value: unknown): string {

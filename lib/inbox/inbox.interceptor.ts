@@ -36,7 +36,16 @@ export class InboxInterceptor implements NestInterceptor {
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    return defer(() => this.process(context, next)).pipe(mergeAll());
+    return defer(() => {
+      // With the tracing option, the consumer continues the trace its message carries.
+      const tracing = this.inbox().tracing;
+      if (!tracing) return this.process(context, next);
+      const options =
+        this.reflector.get<InboxOptions | undefined>(INBOX_METADATA, context.getHandler()) ?? {};
+      return tracing.continueFrom(messageHeaders(context), consumerName(context, options), () =>
+        this.process(context, next),
+      );
+    }).pipe(mergeAll());
   }
 
   private async process(
@@ -132,6 +141,32 @@ export class InboxInterceptor implements NestInterceptor {
         return error;
     }
   }
+}
+
+/**
+ * The headers a message carries, whatever its transport: HTTP request headers, RabbitMQ
+ * properties, Kafka headers, NATS headers, MQTT 5 user properties, an outbox event's headers.
+ */
+export function messageHeaders(context: ExecutionContext): object | undefined {
+  const type = context.getType<string>();
+  if (type === 'http') {
+    return (context.switchToHttp().getRequest() as { headers?: object } | undefined)?.headers;
+  }
+  if (type === 'rpc') {
+    const transport = context.switchToRpc().getContext() as Record<string, unknown> | undefined;
+    const call = (name: string): unknown =>
+      typeof transport?.[name] === 'function' ? (transport[name] as () => unknown)() : undefined;
+    const nats = call('getHeaders');
+    if (nats && typeof nats === 'object') return nats;
+    const message = call('getMessage') as
+      { properties?: { headers?: object }; headers?: object } | undefined;
+    if (message?.properties?.headers) return message.properties.headers;
+    if (message?.headers && typeof message.headers === 'object') return message.headers;
+    const packet = call('getPacket') as { properties?: { userProperties?: object } } | undefined;
+    return packet?.properties?.userProperties;
+  }
+  const event = context.getArgs()[0] as { headers?: unknown } | undefined;
+  return event && typeof event.headers === 'object' ? (event.headers as object) : undefined;
 }
 
 /** The RabbitMQ message being handled, with its channel's ack / nack; undefined elsewhere. */

@@ -5,6 +5,7 @@ import {
   Logger,
   OnApplicationBootstrap,
   OnModuleInit,
+  Optional,
 } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, ModuleRef, Reflector } from '@nestjs/core';
 import { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper';
@@ -30,6 +31,13 @@ import {
   ResolvedInboxOptions,
 } from './inbox-options.interface';
 import { InboxCleanupResult, InboxRunResult, InboxStore } from './inbox.store';
+import { OUTBOX_TRACING } from '../observability/observability.constants';
+import { OutboxEvents } from '../observability/outbox-events';
+
+/** What `@Inbox()` needs of the tracing integration (typed without `@opentelemetry/api`). */
+export interface InboxTracing {
+  continueFrom<T>(headers: object | undefined, consumer: string, run: () => Promise<T>): Promise<T>;
+}
 
 const DEFAULT_KEY = Symbol('default inbox DataSource');
 
@@ -63,6 +71,9 @@ export class InboxService
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
+    @Optional() private readonly events: OutboxEvents = new OutboxEvents(),
+    /** Read by `@Inbox()` to continue traces from message headers (the `tracing` option). */
+    @Optional() @Inject(OUTBOX_TRACING) readonly tracing: InboxTracing | null = null,
   ) {
     this.ambient = new AmbientTransactions(moduleRef);
   }
@@ -139,9 +150,14 @@ export class InboxService
       } else {
         this.counters.processed++;
       }
+      const kind = result.duplicate ? 'inbox-duplicate' : 'inbox-processed';
+      if (this.events.wants(kind)) this.events.emit({ kind, ...key });
       return result;
     } catch (error) {
-      if (!(error instanceof IdempotencyKeyReusedError)) this.counters.failed++;
+      if (!(error instanceof IdempotencyKeyReusedError)) {
+        this.counters.failed++;
+        if (this.events.wants('inbox-failed')) this.events.emit({ kind: 'inbox-failed', ...key });
+      }
       throw error;
     }
   }

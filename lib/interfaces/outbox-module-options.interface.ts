@@ -2,6 +2,10 @@ import type { OutboxStore } from './outbox-store.interface';
 import type { TypeOrmStoreOptions } from '../stores/typeorm/typeorm-store.options';
 import type { RedisStoreOptions } from '../stores/redis/redis-store.options';
 import type { OutboxInboxOptions, ResolvedInboxOptions } from '../inbox/inbox-options.interface';
+import type {
+  OutboxMetricsOptions,
+  ResolvedObservabilityOptions,
+} from '../observability/observability-options.interface';
 
 /** In-process store for unit tests and single-process experiments. */
 export interface MemoryStoreOptions {
@@ -113,6 +117,22 @@ export interface OutboxModuleOptions {
   retention?: OutboxRetentionOptions;
   /** Where `@Inbox()` consumers record processed messages. @default the 'typeorm' store's DataSource */
   inbox?: OutboxInboxOptions;
+  /**
+   * Log lines built on the event stream (README "Monitoring"), through Nest's `Logger`: dead
+   * letters (error), lease losses, retries and store errors (warn), claims (debug). @default true
+   */
+  logs?: boolean;
+  /**
+   * Prometheus metrics (optional peer `prom-client`): `true` registers them in prom-client's
+   * default registry, or give `{ registry }`. @default false
+   */
+  metrics?: boolean | OutboxMetricsOptions;
+  /**
+   * OpenTelemetry (optional peer `@opentelemetry/api`): `append` records the active trace context
+   * in the event headers, handlers run in a consumer span continuing it, `@Inbox()` consumers
+   * continue traces from message headers. @default false
+   */
+  tracing?: boolean;
 }
 
 /** Options after defaults are applied and validated. */
@@ -125,4 +145,6 @@ export interface ResolvedOutboxOptions {
   retention: Required<OutboxRetentionOptions>;
   /** `null` when there is no module-level inbox (per-decorator DataSources still work). */
   inbox: ResolvedInboxOptions | null;
+  /** Absent (options resolved by hand): logs on, metrics and tracing off. */
+  observability?: ResolvedObservabilityOptions;
 }
