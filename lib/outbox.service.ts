@@ -79,7 +79,8 @@ export class OutboxService {
       const valid = validateEvent(e, limits, single ? 'event' : `events[${i}]`);
       // The trace context is added to the app's validated headers: it does not count against
       // their limits, and a value the limits would refuse (a long baggage) is left out.
-      if (stamp) valid.headers = withTraceContext(valid.headers, stamp, limits.headerValueMaxLength);
+      if (stamp)
+        valid.headers = withTraceContext(valid.headers, stamp, limits.headerValueMaxLength);
       return { ...valid, handlers: this.registry.handlerNamesFor(valid.type) };
     });
     // Only SQL stores can join a transaction: memory ignores a manager, Redis refuses one.
