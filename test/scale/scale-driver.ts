@@ -89,10 +89,12 @@ export async function runScale(options: {
    */
   const thaw = async (child: FixtureProcess, id: string, ms: number) => {
     const rerun = new Promise<void>((resolve) => (frozen = { id, rerun: resolve }));
+    let bound: NodeJS.Timeout | undefined;
     await Promise.all([
       new Promise((resolve) => setTimeout(resolve, ms)),
-      Promise.race([rerun, new Promise((resolve) => setTimeout(resolve, 30_000))]),
+      Promise.race([rerun, new Promise((resolve) => (bound = setTimeout(resolve, 30_000)))]),
     ]);
+    clearTimeout(bound);
     process.kill(child.child.pid!, 'SIGCONT');
   };
   let allSeen: () => void = () => undefined;
