@@ -5,18 +5,6 @@ export const OutboxMessages = {
   dispatcherStarted: (workerId: string, handlers: number, types: number) =>
     `Dispatcher ${workerId} started with ${handlers} handler(s) for ${types} event type(s)`,
   noHandlers: () => 'Dispatcher has no @OutboxHandler methods to run; it will not claim anything',
-  storeError: (operation: string, error: unknown, retryInMs: number) =>
-    `Store ${operation} failed (${describe(error)}); retrying in ${retryInMs} ms`,
-  leaseLost: (handler: string, deliveryId: string) =>
-    `Lease lost for ${handler} on delivery ${deliveryId}; outcome discarded, it will be redelivered`,
-  handlerFailed: (
-    handler: string,
-    eventId: string,
-    attempt: number,
-    error: unknown,
-    next: string,
-  ) =>
-    `Handler ${handler} failed on event ${eventId} (attempt ${attempt}): ${describe(error)}; ${next}`,
   renewFailed: (deliveryId: string, error: unknown) =>
     `Lease renewal for delivery ${deliveryId} failed: ${describe(error)}`,
   shutdownTimeout: (inFlight: number, timeoutMs: number) =>

@@ -4,8 +4,9 @@ export type {
   OutboxRelayOptions,
   OutboxRelayMessage,
   OutboxRelayStats,
+  OutboxRelayClientOptions,
+  RelayTransport,
 } from './outbox-relay-options.interface';
-export type { RelayTransport } from './relay-publishers';
 export { OutboxRelayOptionsError } from './outbox-relay-options.error';
 export { RelayPublishTimeoutError } from './relay-publish-timeout.error';
 export { RELAY_HEADERS, TRACE_HEADERS } from './relay-message';

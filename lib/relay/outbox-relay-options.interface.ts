@@ -1,7 +1,18 @@
 import type { InjectionToken } from '@nestjs/common';
-import type { ClientProvider } from '@nestjs/microservices';
 import type { OutboxEvent } from '../interfaces/outbox-event.interface';
 import type { BackoffOptions } from '../interfaces/outbox-module-options.interface';
+
+/**
+ * Client options as `ClientsModule.register` takes them: `@nestjs/microservices`' `ClientProvider`
+ * (`{ transport: Transport.RMQ, options: { … } }`, or `{ customClass, options }`), described here
+ * by shape so that these declarations compile without that optional package installed.
+ */
+export type OutboxRelayClientOptions =
+  | { transport?: number; options?: object }
+  | { customClass: abstract new (...args: never[]) => unknown; options?: object };
+
+/** Which confirmation a relay waits for (see the README's "Relay to a broker"). */
+export type RelayTransport = 'rmq' | 'nats' | 'mqtt' | 'kafka' | 'other';
 
 /** Options of `OutboxRelayModule.register()`: one relay is one outbox handler. */
 export interface OutboxRelayOptions {
@@ -16,7 +27,7 @@ export interface OutboxRelayOptions {
    * (`{ transport: Transport.RMQ, options: { … } }`), from which the relay creates and closes its
    * own client.
    */
-  client: InjectionToken | ClientProvider;
+  client: InjectionToken | OutboxRelayClientOptions;
   /** Event types this relay publishes (it claims only these). */
   types: string | string[];
   /** Return false to skip an event: its delivery is acknowledged without publishing. */

@@ -13,9 +13,13 @@ import type { OutboxEvent } from '../interfaces/outbox-event.interface';
 import type { OutboxHandlerContext } from '../interfaces/outbox-handler.interface';
 import { assertInstalled } from '../optional-peers';
 import { OutboxRelayOptionsError } from './outbox-relay-options.error';
-import type { OutboxRelayOptions, OutboxRelayStats } from './outbox-relay-options.interface';
+import type {
+  OutboxRelayOptions,
+  OutboxRelayStats,
+  RelayTransport,
+} from './outbox-relay-options.interface';
 import { relayHeaders, relayMessage } from './relay-message';
-import { createPublisher, RelayPublisher, RelayTransport } from './relay-publishers';
+import { createPublisher, RelayPublisher } from './relay-publishers';
 import { RelayPublishTimeoutError } from './relay-publish-timeout.error';
 
 /** Default bound on one publish including its confirmation. */

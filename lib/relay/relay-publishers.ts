@@ -2,7 +2,7 @@ import type { ClientProxy } from '@nestjs/microservices';
 import type { JetStreamClient, NatsConnection } from 'nats';
 import { lastValueFrom } from 'rxjs';
 import type { OutboxEvent } from '../interfaces/outbox-event.interface';
-import type { OutboxRelayMessage } from './outbox-relay-options.interface';
+import type { OutboxRelayMessage, RelayTransport } from './outbox-relay-options.interface';
 
 /** What the relay hands a publisher for one event. */
 export interface RelayPublication {
@@ -15,8 +15,6 @@ export interface RelayPublication {
 
 /** Resolves once the broker confirmed the message; `duplicate` if it said it had it already. */
 export type RelayPublisher = (publication: RelayPublication) => Promise<{ duplicate: boolean }>;
-
-export type RelayTransport = 'rmq' | 'nats' | 'mqtt' | 'kafka' | 'other';
 
 type Microservices = typeof import('@nestjs/microservices');
 

@@ -14,7 +14,7 @@ import {
 } from 'nestjs-outbox';
 import { describeWithService, SERVICES } from '../support/services';
 import { dataSourceOptions, uniquePrefix } from '../stores/typeorm/typeorm-test-helpers';
-import { TcpProxy } from './tcp-proxy';
+import { TcpProxy } from '../support/tcp-proxy';
 
 @Injectable()
 class Doomed {

@@ -1,4 +1,4 @@
-import { Controller, INestApplication, Inject, Module } from '@nestjs/common';
+import { Controller, Global, INestApplication, Inject, Module } from '@nestjs/common';
 import { Ctx, EventPattern, Payload } from '@nestjs/microservices';
 import { ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
@@ -13,6 +13,7 @@ import {
   InboxModule,
   InboxService,
   OutboxEventInput,
+  OutboxEvents,
   OutboxModule,
   OutboxRelay,
   OutboxRelayMessage,
@@ -27,16 +28,26 @@ import {
   uniquePrefix,
 } from '../inbox/inbox-test-helpers';
 import { KITS, KitName, RelayKit } from './relay-kits';
-import { TcpProxy } from './tcp-proxy';
+import { TcpProxy } from '../support/tcp-proxy';
 
 const EFFECTS = Symbol('EFFECTS');
 const CONSUMER = 'relay-consumer';
 
-/** What the consumer saw, in the order it applied messages. */
+/**
+ * What the consumer saw, in the order its inbox transactions committed. A handler run is only
+ * `ran` until `@Inbox()` reports the message processed (after the commit): two copies of a
+ * re-published message can run at once, and the one whose transaction rolls back must not count.
+ */
 class Seen {
+  ran = new Map<string, OutboxRelayMessage<{ n: number }>>();
   applied: OutboxRelayMessage<{ n: number }>[] = [];
   transport = new Map<string, { messageId?: string; traceparent?: string }>();
 }
+
+/** Gives the consumer's `InboxService` an `OutboxEvents` the test can listen to. */
+@Global()
+@Module({ providers: [OutboxEvents], exports: [OutboxEvents] })
+class ConsumerEventsModule {}
 
 async function until(check: () => boolean | Promise<boolean>, ms: number, what: string) {
   const deadline = Date.now() + ms;
@@ -78,7 +89,7 @@ export function relaySuite(name: KitName): void {
       @Ctx() context: unknown,
     ): Promise<void> {
       await manager.query(this.fx.insertSql, [message.id, `${message.key}:${message.payload.n}`]);
-      seen.applied.push(message);
+      seen.ran.set(message.id, message);
       seen.transport.set(message.id, kit.inspect(context));
     }
   }
@@ -126,16 +137,22 @@ export function relaySuite(name: KitName): void {
     dataSource = await openInboxDataSource('postgres');
     effects = await createEffectTable(dataSource, `${prefix}effects`);
     await ensureOutboxSchema(dataSource, { tablePrefix: prefix });
-    proxy = await new TcpProxy(kit.target.host, kit.target.port).start();
+    proxy = await TcpProxy.start(kit.target);
     await kitSetup(kit, run);
     @Module({
-      imports: [InboxModule.forRoot({ dataSource, tablePrefix: prefix, cleanupIntervalMs: 0 })],
+      imports: [
+        ConsumerEventsModule,
+        InboxModule.forRoot({ dataSource, tablePrefix: prefix, cleanupIntervalMs: 0 }),
+      ],
       controllers: [OrdersConsumer],
       providers: [{ provide: EFFECTS, useValue: effects }],
     })
     class ConsumerApp {}
     const moduleRef = await Test.createTestingModule({ imports: [ConsumerApp] }).compile();
     consumer = moduleRef.createNestApplication({ logger: false });
+    consumer.get(OutboxEvents).on('inbox-processed', ({ consumer: name, messageId }) => {
+      if (name === CONSUMER) seen.applied.push(seen.ran.get(messageId)!);
+    });
     consumer.connectMicroservice(kit.server(run));
     await consumer.startAllMicroservices();
     await consumer.init();
@@ -184,7 +201,11 @@ export function relaySuite(name: KitName): void {
       messageId: first.id,
       traceparent: first.headers!.traceparent,
     });
-    expect(relay().stats()).toMatchObject({ published: 30, failed: 0 });
+    // Every event was confirmed at least once. On a loaded machine a confirm can miss
+    // publishTimeoutMs (a failed attempt, retried) or a lease can lapse (a re-publish the inbox
+    // absorbs), so the exact counts vary; the effects above are what is promised.
+    const stats = relay().stats();
+    expect(stats.published).toBeGreaterThanOrEqual(30);
   }, 40_000);
 
   it('a broker outage: publishes fail and are retried with backoff, nothing is acknowledged unconfirmed, and after recovery every event arrives and is applied once', async () => {

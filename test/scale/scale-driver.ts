@@ -39,7 +39,10 @@ export async function runScale(options: {
   keys: number;
   timeoutMs: number;
   leaseMs?: number;
-  /** Once `afterRuns` events ran, SIGSTOP the worker reporting, for `ms` (past its leases). */
+  /**
+   * Once `afterRuns` events ran, the worker reporting stops itself (SIGSTOP) inside a handler run,
+   * holding that delivery's lease; SIGCONT comes after `ms` and once another worker re-ran it.
+   */
   pause?: { afterRuns: number; ms: number };
 }): Promise<ScaleResult & { close(): Promise<void> }> {
   const { kind, prefix, dataSource, events, keys } = options;
@@ -79,6 +82,21 @@ export async function runScale(options: {
   const seen = new Set<string>();
   let lastRunAt = 0;
   let pausedWorker: number | null = null;
+  let frozen: { id: string; rerun: () => void } | null = null;
+  /**
+   * SIGCONT once the frozen run's event ran again elsewhere (its lease expired and another worker
+   * claimed it) and at least `ms` passed, so the frozen worker's outcome is surely fenced out.
+   */
+  const thaw = async (child: FixtureProcess, id: string, ms: number) => {
+    const rerun = new Promise<void>((resolve) => (frozen = { id, rerun: resolve }));
+    let bound: NodeJS.Timeout | undefined;
+    await Promise.all([
+      new Promise((resolve) => setTimeout(resolve, ms)),
+      Promise.race([rerun, new Promise((resolve) => (bound = setTimeout(resolve, 30_000)))]),
+    ]);
+    clearTimeout(bound);
+    process.kill(child.child.pid!, 'SIGCONT');
+  };
   let allSeen: () => void = () => undefined;
   const done = new Promise<void>((resolve) => (allSeen = resolve));
   try {
@@ -89,20 +107,21 @@ export async function runScale(options: {
         SCALE_WORKER_ID: `scale-${w}`,
         SCALE_LEASE_MS: String(options.leaseMs ?? 30_000),
       });
-      child.child.on('message', (message: { runs?: Run[] }) => {
+      child.child.on('message', (message: { runs?: Run[]; frozen?: string }) => {
         for (const run of message.runs ?? []) {
           runs.push(run);
           seen.add(run[0]);
           lastRunAt = Math.max(lastRunAt, run[5]);
+          if (run[0] === frozen?.id) frozen.rerun();
         }
         if (seen.size === events) allSeen();
-        // Freeze the worker that just reported runs: it holds leases right now.
+        // Freeze a worker that is draining: it stops itself inside its next handler run, so it
+        // surely holds that delivery's lease while stopped.
         if (options.pause && pausedWorker === null && seen.size >= options.pause.afterRuns) {
           pausedWorker = w;
-          const { pid } = child.child;
-          process.kill(pid!, 'SIGSTOP');
-          setTimeout(() => process.kill(pid!, 'SIGCONT'), options.pause.ms);
+          child.send({ op: 'freeze' });
         }
+        if (message.frozen && options.pause) void thaw(child, message.frozen, options.pause.ms);
       });
       children.push(child);
     }

@@ -69,7 +69,4 @@ export class DashboardAssets {
   get(name: string): DashboardAsset | undefined {
     return this.files.get(name);
   }
-
-  /** Every file name the dashboard serves. */
-  static readonly names: readonly string[] = Object.keys(FILES);
 }

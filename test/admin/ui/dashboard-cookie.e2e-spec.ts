@@ -115,4 +115,18 @@ describeWithBrowser('Dashboard behind the README cookie guard', () => {
       await context.close();
     }
   });
+
+  it('a malformed cookie (bad percent-encoding) is refused with 403, not a 500', async () => {
+    const context = await browser.newContext();
+    try {
+      for (const value of ['%E0%A4%A', '%zz', `${encodeURIComponent(KEY)}%`]) {
+        const response = await context.request.get(`${url}/outbox/ui`, {
+          headers: { cookie: `outbox_admin=${value}` },
+        });
+        expect([value, response.status()]).toEqual([value, 403]);
+      }
+    } finally {
+      await context.close();
+    }
+  });
 });

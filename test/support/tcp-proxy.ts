@@ -1,21 +1,22 @@
 import { AddressInfo, createServer, Server, Socket } from 'node:net';
 
 /**
- * A TCP proxy between a client and a server, to cut the path in a test without stopping a shared
- * server. `blackhole()` stops forwarding (connections stay open, nothing answers: a partition);
- * `heal()` forwards again.
+ * A TCP proxy between a client and a shared server (database, broker), so a test can break the
+ * path without stopping the server others use:
+ * - `disconnect()` drops every open connection and refuses new ones (an outage as the client sees
+ *   it) until `restore()`;
+ * - `blackhole()` stops forwarding but keeps connections open, so nothing answers (a partition)
+ *   until `heal()`.
  */
 export class TcpProxy {
-  private readonly server: Server;
   private readonly pairs = new Set<[Socket, Socket]>();
+  private refusing = false;
   private holed = false;
 
   private constructor(
     private readonly target: { host: string; port: number },
-    server: Server,
-  ) {
-    this.server = server;
-  }
+    private readonly server: Server,
+  ) {}
 
   static async start(target: { host: string; port: number }): Promise<TcpProxy> {
     const server = createServer();
@@ -27,6 +28,19 @@ export class TcpProxy {
 
   get port(): number {
     return (this.server.address() as AddressInfo).port;
+  }
+
+  disconnect(): void {
+    this.refusing = true;
+    for (const [client, upstream] of this.pairs) {
+      client.destroy();
+      upstream.destroy();
+    }
+    this.pairs.clear();
+  }
+
+  restore(): void {
+    this.refusing = false;
   }
 
   blackhole(): void {
@@ -45,14 +59,15 @@ export class TcpProxy {
   }
 
   async close(): Promise<void> {
-    for (const [client, upstream] of this.pairs) {
-      client.destroy();
-      upstream.destroy();
-    }
+    this.disconnect();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
   private accept(client: Socket): void {
+    if (this.refusing) {
+      client.destroy();
+      return;
+    }
     const upstream = new Socket();
     const pair: [Socket, Socket] = [client, upstream];
     this.pairs.add(pair);
