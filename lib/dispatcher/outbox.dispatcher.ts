@@ -87,6 +87,8 @@ class Slot implements KeptLease, PendingAck, RunTiming {
   /** Why the run was stopped from outside (timeout, lease loss, shutdown). */
   interruptedBy: unknown = undefined;
   invocation: Promise<unknown> | null = null;
+  /** The handler's span, when tracing is on (ended when the handler settles). */
+  span: unknown = null;
   /** `done()`'s promise, made only when something waits for the run (drain, shutdown). */
   private doneWait: { promise: Promise<void>; resolve: () => void } | null = null;
 
@@ -622,15 +624,21 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     try {
       // With tracing on, each attempt runs in a consumer span continuing the appender's trace.
       invocation = this.tracing
-        ? this.tracing.process(delivery.event, context, handler.invoke)
+        ? this.tracing.process(delivery.event, context, handler.invoke, slot)
         : handler.invoke(delivery.event, context);
     } catch (error) {
       invocation = Promise.reject(error);
     }
     slot.invocation = invocation;
     invocation.then(
-      () => this.finish(slot, undefined, false),
-      (error: unknown) => this.finish(slot, error, true),
+      () => {
+        if (slot.span) this.tracing!.endProcess(slot.span, false, undefined);
+        this.finish(slot, undefined, false);
+      },
+      (error: unknown) => {
+        if (slot.span) this.tracing!.endProcess(slot.span, true, error);
+        this.finish(slot, error, true);
+      },
     );
   }
 

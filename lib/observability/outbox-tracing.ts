@@ -82,14 +82,17 @@ export class OutboxTracing {
 
   /**
    * Runs one handler attempt, `invoke(event, context)`, in a CONSUMER span, child of the context
-   * stored in the event's headers (or a new trace when it has none). Per attempt this allocates
-   * the span, its attributes and the active context; the parent context is read once per
-   * distinct `traceparent` (the events of one append share it) and span names once per type.
+   * stored in the event's headers (or a new trace when it has none), and puts the span in
+   * `holder.span`. The caller ends it with `endProcess` once the returned promise settles (its
+   * own reaction to the handler, so tracing adds no promise of its own per attempt). Per attempt
+   * this allocates the span, its attributes and the active context; the parent context is read
+   * once per distinct `traceparent` (the events of one append share it), span names once per type.
    */
   process<T>(
     event: OutboxEvent,
     context: OutboxHandlerContext,
     invoke: (event: OutboxEvent, context: OutboxHandlerContext) => Promise<T>,
+    holder: { span: unknown },
   ): Promise<T> {
     const { api } = this;
     const attributes: Otel.Attributes = {
@@ -110,7 +113,22 @@ export class OutboxTracing {
     }
     const parent = this.parentOf(event.headers);
     const span = this.tracer.startSpan(name, { kind: api.SpanKind.CONSUMER, attributes }, parent);
-    return this.run(span, parent, invoke, event, context);
+    holder.span = span;
+    try {
+      return api.context.with(api.trace.setSpan(parent, span), invoke, undefined, event, context);
+    } catch (error) {
+      holder.span = null;
+      this.fail(span, error);
+      span.end();
+      throw error;
+    }
+  }
+
+  /** Ends a span `process` started: status ERROR when its attempt failed. */
+  endProcess(span: unknown, failed: boolean, error: unknown): void {
+    if (!span) return;
+    if (failed) this.fail(span as Otel.Span, error);
+    (span as Otel.Span).end();
   }
 
   /**

@@ -287,7 +287,8 @@ export class RedisOutboxStore implements OutboxStore {
     for (const [type, handlers] of byType) args.push(type, handlers.length, ...handlers);
     const [leaseUntil, rows] = (await this.run('claim', args)) as [number, Row[]];
     const owner = request.workerId;
-    const until = Number(leaseUntil);
+    // One deadline for the whole claim; leases are replaced, never changed, so they share it.
+    const until = new Date(Number(leaseUntil));
     const claimed = new Array<ClaimedDelivery>(rows.length);
     for (let i = 0; i < rows.length; i++) {
       // Strings as ioredis decodes them (a Lua integer: a number); `key` may be null.
@@ -310,7 +311,7 @@ export class RedisOutboxStore implements OutboxStore {
           owner,
           // As the claim script made it: the claim's token base and the row's number.
           token: `${tokenBase}.${i + 1}`,
-          leaseUntil: new Date(until),
+          leaseUntil: until,
         },
       };
     }
