@@ -286,36 +286,29 @@ export class RedisOutboxStore implements OutboxStore {
     ];
     for (const [type, handlers] of byType) args.push(type, handlers.length, ...handlers);
     const [leaseUntil, rows] = (await this.run('claim', args)) as [number, Row[]];
-    const owner = request.workerId;
     // One deadline for the whole claim; leases are replaced, never changed, so they share it.
     const until = new Date(Number(leaseUntil));
-    const claimed = new Array<ClaimedDelivery>(rows.length);
-    for (let i = 0; i < rows.length; i++) {
-      // Strings as ioredis decodes them (a Lua integer: a number); `key` may be null.
-      const [id, handler, attempt, eventId, type, key, pl, hd, oa, av] = rows[i] as string[];
-      claimed[i] = {
-        id,
-        handler,
-        attempt: Number(attempt),
-        event: {
-          id: eventId,
-          type,
-          payload: JSON.parse(pl),
-          key: key ?? null,
-          headers: parseHeaders(hd),
-          occurredAt: new Date(Number(oa)),
-          availableAt: new Date(Number(av)),
-        },
-        lease: {
-          deliveryId: id,
-          owner,
-          // As the claim script made it: the claim's token base and the row's number.
-          token: `${tokenBase}.${i + 1}`,
-          leaseUntil: until,
-        },
-      };
-    }
-    return claimed;
+    return rows.map(([id, handler, attempt, eventId, type, key, pl, hd, oa, av], i) => ({
+      id: String(id),
+      handler: String(handler),
+      attempt: Number(attempt),
+      event: {
+        id: String(eventId),
+        type: String(type),
+        payload: JSON.parse(String(pl)),
+        key: key === null ? null : String(key),
+        headers: parseHeaders(hd),
+        occurredAt: new Date(Number(oa)),
+        availableAt: new Date(Number(av)),
+      },
+      lease: {
+        deliveryId: String(id),
+        owner: request.workerId,
+        // As the claim script made it: the claim's token base and the row's number.
+        token: `${tokenBase}.${i + 1}`,
+        leaseUntil: until,
+      },
+    }));
   }
 
   private async leased(
