@@ -76,10 +76,11 @@ export class OutboxService {
   ): Promise<OutboxEvent<T> | OutboxEvent<T>[]> {
     const { limits } = this.options;
     const events: AppendableEvent[] = list.map((e, i) => {
-      // Headers that are not a map are left for validation to report.
-      const stampable = stamp && isObject(e) && (e.headers === undefined || isObject(e.headers));
-      const input = stampable ? { ...e, headers: stamp(headersOf(e)) } : e;
-      const valid = validateEvent(input, limits, single ? 'event' : `events[${i}]`);
+      const valid = validateEvent(e, limits, single ? 'event' : `events[${i}]`);
+      // The trace context is added to the app's validated headers: it does not count against
+      // their limits, and a value the limits would refuse (a long baggage) is left out.
+      if (stamp)
+        valid.headers = withTraceContext(valid.headers, stamp, limits.headerValueMaxLength);
       return { ...valid, handlers: this.registry.handlerNamesFor(valid.type) };
     });
     // Only SQL stores can join a transaction: memory ignores a manager, Redis refuses one.
@@ -107,14 +108,19 @@ export class OutboxService {
   }
 }
 
-function isObject(value: unknown): value is object {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-/** Headers as given, when they are a plain map (validation reports anything else). */
-function headersOf(event: object): Record<string, string> | undefined {
-  const { headers } = event as { headers?: unknown };
-  return isObject(headers) ? (headers as Record<string, string>) : undefined;
+/** The validated headers plus the trace context `stamp` adds, each added value within the limit. */
+function withTraceContext(
+  headers: Record<string, string>,
+  stamp: (headers: OutboxEventInput['headers']) => Record<string, string>,
+  maxValueLength: number,
+): Record<string, string> {
+  const stamped = stamp(headers);
+  for (const name of Object.keys(stamped)) {
+    const value = stamped[name];
+    if (Object.hasOwn(headers, name) || typeof value !== 'string') continue;
+    if (value.length <= maxValueLength) headers[name] = value;
+  }
+  return headers;
 }
 
 /**

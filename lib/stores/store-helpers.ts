@@ -24,11 +24,35 @@ export interface EventContent {
   payload: unknown;
 }
 
+/**
+ * Headers that say where an append ran, not what the event is: the W3C trace context the tracing
+ * option writes. An id appended again from another request carries another trace, and is still the
+ * same event (README Guarantees 10).
+ */
+const TRACE_CONTEXT_HEADERS = new Set(['traceparent', 'tracestate', 'baggage']);
+
+/** The headers that count as an event's content: all but the trace context. */
+export function contentHeaders(headers: OutboxHeaders | undefined): OutboxHeaders {
+  const all = headers ?? {};
+  let content: OutboxHeaders | null = null;
+  for (const name of Object.keys(all)) {
+    if (!TRACE_CONTEXT_HEADERS.has(name)) continue;
+    content ??= { ...all };
+    delete content[name];
+  }
+  return content ?? all;
+}
+
+/** The canonical text of what an append compares (type, key, headers without trace, payload). */
+export function eventContentText(e: EventContent): string {
+  return canonicalJson([e.type, e.key ?? null, contentHeaders(e.headers), e.payload ?? null]);
+}
+
 export function sameEventContent(a: EventContent, b: EventContent): boolean {
   return (
     a.type === b.type &&
     (a.key ?? null) === (b.key ?? null) &&
-    canonicalJson(a.headers ?? {}) === canonicalJson(b.headers ?? {}) &&
+    canonicalJson(contentHeaders(a.headers)) === canonicalJson(contentHeaders(b.headers)) &&
     canonicalJson(a.payload) === canonicalJson(b.payload)
   );
 }

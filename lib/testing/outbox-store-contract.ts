@@ -172,6 +172,32 @@ export function describeOutboxStoreContract(
         expect(await claim([A, B])).toHaveLength(2);
       });
 
+      it('compares an id appended again without its trace-context headers (a retry in another span is a no-op)', async () => {
+        const e = event({
+          headers: {
+            tenant: 't1',
+            traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          },
+        });
+        await store.append([e]);
+        const retried = {
+          ...e,
+          headers: {
+            tenant: 't1',
+            traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+            tracestate: 'vendor=1',
+            baggage: 'user=2',
+          },
+        };
+        const [again] = await store.append([retried]);
+        expect(again.id).toBe(e.id);
+        await expect(
+          store.append([{ ...retried, headers: { tenant: 't2', traceparent: 'x' } }]),
+        ).rejects.toBeInstanceOf(DuplicateEventError);
+        const claimed = await claim([A]);
+        expect(claimed.map((c) => c.event.headers)).toEqual([e.headers]);
+      });
+
       it('refuses an id appended again with different content and writes nothing of the batch', async () => {
         const e = event();
         await store.append([e]);

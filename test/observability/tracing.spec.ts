@@ -13,6 +13,7 @@ import {
 import request from 'supertest';
 import { DataSource } from 'typeorm';
 import {
+  DuplicateEventError,
   Inbox,
   NonRetryableError,
   OutboxDispatcher,
@@ -190,6 +191,33 @@ describe('OpenTelemetry tracing', () => {
     expect(seen.map((s) => s.traceId).sort()).toEqual(
       [fresh.headers.traceparent.split('-')[1], '0af7651916cd43dd8448eb211c80319c'].sort(),
     );
+  });
+
+  it('trace headers neither break an idempotent re-append nor count against the header limits', async () => {
+    const { outbox } = await start();
+    const id = '6f1f7d0e-8a55-4e65-9d49-3a7f3f0d2c11';
+    const inSpan = (name: string) =>
+      tracer.startActiveSpan(name, async (span) => {
+        try {
+          return await outbox.append({ id, type: 'order.placed', payload: { sku: 'A1' } });
+        } finally {
+          span.end();
+        }
+      });
+    const first = await inSpan('checkout');
+    // The caller retries in another request: same id, same content, another trace.
+    const again = await inSpan('checkout retried');
+    expect(again.id).toBe(id);
+    await expect(
+      outbox.append({ id, type: 'order.placed', payload: { sku: 'B2' } }),
+    ).rejects.toBeInstanceOf(DuplicateEventError);
+    expect(first.headers.traceparent).toMatch(/^00-/);
+
+    // 64 headers of the app's own (the limit) still fit: the trace context is added after them.
+    const headers = Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`h${i}`, 'v']));
+    const full = await outbox.append({ type: 'order.placed', payload: {}, headers });
+    expect(Object.keys(full.headers)).toHaveLength(65);
+    expect(full.headers.traceparent).toMatch(/^00-/);
   });
 
   it('@Inbox() consumers continue the trace of the traceparent their message carries', async () => {

@@ -28,7 +28,7 @@ import {
 import { OUTBOX_ERROR_HISTORY } from '../../outbox.constants';
 import {
   AppendListeners,
-  canonicalJson,
+  eventContentText,
   decodeCursor,
   encodeCursor,
   errorFingerprint,
@@ -155,7 +155,7 @@ export class RedisOutboxStore implements OutboxStore {
     const stage = bytes > this.appendChunkBytes ? await this.stageBodies(bodies) : '';
     const args: (string | number)[] = [stage, events.length];
     events.forEach((e, i) => {
-      const content = canonicalJson([e.type, e.key ?? null, e.headers ?? {}, e.payload ?? null]);
+      const content = eventContentText(e);
       args.push(
         e.id,
         e.type,
