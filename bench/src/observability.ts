@@ -6,7 +6,7 @@
  * is shared: CPU time moves less with the other processes' load than wall time does).
  *
  * Variants (each in its own process, see run.ts): <store>-off, <store>-sdk and <store>-on,
- * <store> one of pg, sqlite (WAL), memory. All at `concurrency: 100, batchSize: 100`, logs at
+ * <store> one of pg, sqlite (WAL), memory, redis (redis-* by hand: `src/observability.ts redis-on`). All at `concurrency: 100, batchSize: 100`, logs at
  * their default.
  *   -off  no `metrics`, no `tracing` (the defaults), no OpenTelemetry SDK in the process.
  *   -sdk  the same options, in a process with a real OpenTelemetry SDK registered: a
@@ -42,11 +42,13 @@ import { Registry } from 'prom-client';
 import type { DataSource } from 'typeorm';
 import {
   args,
+  deleteRedisKeys,
   dropOutboxTables,
   emit,
   envInt,
   now,
   openDataSource,
+  REDIS_URL,
   removeSqliteFile,
   runMain,
   waitFor,
@@ -59,6 +61,7 @@ const N = envInt('BENCH_O11Y_N', 20_000);
 const TIMEOUT_MS = envInt('BENCH_O11Y_TIMEOUT_MS', 300_000);
 /** Not the dispatch scenario's prefix, so neither cleanup touches the other's tables. */
 const PREFIX = 'bench_o11y_';
+const REDIS_PREFIX = 'bench-o11y';
 /** BENCH_O11Y_SAMPLE=0.1 samples 10 % of traces (parent-based); default: every trace. */
 const SAMPLE = Number(process.env.BENCH_O11Y_SAMPLE ?? 1);
 
@@ -104,7 +107,7 @@ function onOptions(registry: Registry): Record<string, unknown> {
 
 async function main(): Promise<void> {
   const { variant, round } = args();
-  const match = /^(pg|sqlite|memory)-(on|sdk|off)$/.exec(variant);
+  const match = /^(pg|sqlite|memory|redis)-(on|sdk|off)$/.exec(variant);
   if (!match) throw new Error(`unknown variant ${variant}`);
   const [, store, mode] = match;
   const on = mode === 'on';
@@ -116,9 +119,12 @@ async function main(): Promise<void> {
     ds = await openDataSource('sqlite-wal');
   }
   if (ds) await dropOutboxTables(ds, PREFIX);
+  if (store === 'redis') await deleteRedisKeys(`{${REDIS_PREFIX}}*`);
   const storeOptions = ds
     ? { type: 'typeorm', dataSource: ds, tablePrefix: PREFIX, ensureSchema: true }
-    : { type: 'memory' };
+    : store === 'redis'
+      ? { type: 'redis', url: REDIS_URL, prefix: REDIS_PREFIX }
+      : { type: 'memory' };
 
   const registry = new Registry();
   const exporter = new CountingExporter();
@@ -219,6 +225,7 @@ async function main(): Promise<void> {
       await ds.destroy();
     }
     if (store === 'sqlite') removeSqliteFile();
+    if (store === 'redis') await deleteRedisKeys(`{${REDIS_PREFIX}}*`);
   }
 }
 

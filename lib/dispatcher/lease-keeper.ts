@@ -38,7 +38,12 @@ export class LeaseKeeper {
 
   /** Starts keeping a lease obtained by a claim sent at `sentAt`. */
   keep(lease: Lease, sentAt: number, lose: (error: LeaseLostError) => void): KeptLease {
-    const kept: KeptLease = { lease, expiresAt: sentAt + this.leaseMs, renewing: false, lose };
+    return this.add({ lease, expiresAt: 0, renewing: false, lose }, sentAt);
+  }
+
+  /** Starts keeping `kept` (its lease obtained by a claim sent at `sentAt`). */
+  add<K extends KeptLease>(kept: K, sentAt: number): K {
+    kept.expiresAt = sentAt + this.leaseMs;
     this.kept.add(kept);
     if (!this.timer) {
       this.timer = setInterval(() => this.tick(), this.every);

@@ -30,11 +30,15 @@ import { OutboxHandlerRegistry, RegisteredHandler } from '../outbox-handler.regi
 import { OutboxMessages } from '../outbox.messages';
 import { OUTBOX_TRACING } from '../observability/observability.constants';
 import { OutboxEvents } from '../observability/outbox-events';
-import type { DeliveryObservation, ObservedError } from '../observability/outbox-events.interface';
+import type {
+  DeliveryObservation,
+  ObservedError,
+  OutboxObservationKind,
+} from '../observability/outbox-events.interface';
 import type { OutboxTracing } from '../observability/outbox-tracing';
 import { decideOutcome, RunResult } from './delivery-outcome';
 import { KeptLease, LeaseKeeper } from './lease-keeper';
-import { OutcomeReporter } from './outcome-reporter';
+import { OutcomeReporter, PendingAck } from './outcome-reporter';
 import { OutboxDispatcherStats } from './outbox-dispatcher.stats';
 
 /** Reason given to a handler's signal when the application shuts down under it. */
@@ -52,31 +56,113 @@ const CLEANUP_BUDGET_MS = 10_000;
 /** Where the dispatcher is in its life. */
 type DispatcherState = 'idle' | 'running' | 'stopping';
 
-/** A claimed delivery waiting for a handler slot (its lease is kept meanwhile). */
-interface Waiting {
-  delivery: ClaimedDelivery;
-  handler: RegisteredHandler;
-  kept: KeptLease;
-  run: Run | null;
+/** A successful run's result (shared: it carries nothing of its own). */
+const SUCCEEDED: RunResult = { failed: false };
+
+/**
+ * One claimed delivery, from its claim to its outcome: waiting for a handler slot, then running.
+ * One object per delivery is the lease the keeper renews (`KeptLease`), the queue entry, the run
+ * and the pending ack the reporter batches (`PendingAck`), so a delivery allocates no closures
+ * and, besides the handler's own, no promises of its own.
+ */
+class Slot implements KeptLease, PendingAck, RunTiming {
+  /** Replaced by each renewal. */
+  lease: Lease;
+  /** Set by the keeper. */
+  expiresAt = 0;
+  renewing = false;
+  /** Running: in `runs`, its handler called. */
+  running = false;
+  /** Its run ended (handler settled or interrupted); later settlements are ignored. */
+  finished = false;
+  /** When the handler started: epoch ms (for lag) and monotonic (for its duration). */
+  startedAt = 0;
+  started = 0;
+  durationMs = 0;
+  /** Monotonic local time (`performance.now()`) after which the handler counts as timed out. */
+  deadline = Infinity;
+  timeoutMs = 0;
+  /** Created on first use of `context.signal`: most handlers never read it. */
+  controller: AbortController | null = null;
+  /** Why the run was stopped from outside (timeout, lease loss, shutdown). */
+  interruptedBy: unknown = undefined;
+  invocation: Promise<unknown> | null = null;
+  /** The handler's span, when tracing is on (ended when the handler settles). */
+  span: unknown = null;
+  /** `done()`'s promise, made only when something waits for the run (drain, shutdown). */
+  private doneWait: { promise: Promise<void>; resolve: () => void } | null = null;
+
+  constructor(
+    private readonly dispatcher: OutboxDispatcher,
+    readonly delivery: ClaimedDelivery,
+    readonly handler: RegisteredHandler,
+  ) {
+    this.lease = delivery.lease;
+  }
+
+  /** The keeper could not keep the lease. */
+  lose(error: LeaseLostError): void {
+    this.dispatcher.slotLost(this, error);
+  }
+
+  /** Stops the run from outside: it ends at once with `reason` as its failure. */
+  interrupt(reason: unknown): void {
+    if (this.interruptedBy !== undefined || this.finished) return;
+    this.interruptedBy = reason;
+    this.controller?.abort(reason);
+    // As a rejection would: after the current job, so a loop interrupting runs is not reentered.
+    queueMicrotask(() => this.dispatcher.finish(this, reason, true));
+  }
+
+  /** Settles once the run ended and its outcome was handed to the reporter. */
+  done(): Promise<void> {
+    if (this.finished && this.doneWait === null) return Promise.resolve();
+    if (!this.doneWait) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      this.doneWait = { promise, resolve };
+    }
+    return this.doneWait.promise;
+  }
+
+  settleDone(): void {
+    this.doneWait?.resolve();
+  }
+
+  /** The ack was written (`PendingAck`). */
+  resolve(): void {
+    this.dispatcher.acked(this);
+  }
+
+  /** The ack was refused (lease lost) or failed (`PendingAck`). */
+  reject(error: unknown): void {
+    this.dispatcher.ackFailed(this, error);
+  }
 }
 
-/** One delivery this worker is running. */
-interface Run {
-  delivery: ClaimedDelivery;
-  handler: RegisteredHandler;
-  kept: KeptLease;
-  /** When the handler started: epoch ms (for lag) and monotonic (for its duration). */
-  startedAt: number;
-  started: number;
-  /** Monotonic local time (`performance.now()`) after which the handler counts as timed out. */
-  deadline: number;
-  timeoutMs: number;
-  /** Created on first use of `context.signal`: most handlers never read it. */
-  controller: AbortController | null;
-  /** Why the run was stopped from outside (timeout, lease loss, shutdown). */
-  interruptedBy: unknown;
-  interrupt: (reason: unknown) => void;
-  done: Promise<void>;
+/** What a handler sees of its run (`signal` made on first read). */
+class RunContext implements OutboxHandlerContext {
+  readonly attempt: number;
+  readonly workerId: string;
+  readonly deliveryId: string;
+  readonly handler: string;
+  readonly #slot: Slot;
+
+  constructor(slot: Slot, workerId: string) {
+    this.#slot = slot;
+    this.attempt = slot.delivery.attempt;
+    this.workerId = workerId;
+    this.deliveryId = slot.delivery.id;
+    this.handler = slot.handler.name;
+  }
+
+  get signal(): AbortSignal {
+    const slot = this.#slot;
+    slot.controller ??= new AbortController();
+    if (slot.interruptedBy !== undefined && !slot.controller.signal.aborted)
+      slot.controller.abort(slot.interruptedBy);
+    return slot.controller.signal;
+  }
 }
 
 /** How a handler run went, for the event stream (absent: the delivery never ran here). */
@@ -97,10 +183,10 @@ interface RunTiming {
 export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('OutboxDispatcher');
   private readonly config: ResolvedOutboxOptions['dispatcher'];
-  /** Running handlers, by delivery id and lease token. */
-  private readonly runs = new Map<string, Run>();
+  /** Running handlers. */
+  private readonly runs = new Set<Slot>();
   /** Claimed ahead, waiting for a slot, oldest first. */
-  private readonly waiting: Waiting[] = [];
+  private readonly waiting: Slot[] = [];
   /** Deliveries whose run was given up (lease lost, shutdown) while the handler still runs. */
   private readonly abandoned = new Map<string, Promise<void>>();
   private readonly keeper: LeaseKeeper;
@@ -118,6 +204,8 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
    */
   private wakePending = false;
   private wakeScheduled = false;
+  /** A poll is scheduled for the next turn (one serves every run that ended in this one). */
+  private pollScheduled = false;
   private cleanupTimer: NodeJS.Timeout | null = null;
   private cleaning: Promise<void> | null = null;
   private readonly polls = new Set<Promise<void>>();
@@ -167,7 +255,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       // A claim held back by unwritten outcomes goes as soon as they are written.
       if (this.heldBack && this.reporter.backlog <= this.maxBacklog) {
         this.heldBack = false;
-        setImmediate(() => this.poll());
+        this.pollSoon();
       }
     });
   }
@@ -242,19 +330,16 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const claimsDone = await settleWithin(Promise.all(this.polls), deadline);
     // Claimed but not started: back to the store for another worker, at once.
     const unstarted = this.waiting.splice(0);
-    for (const w of unstarted) this.keeper.release(w.kept);
+    for (const w of unstarted) this.keeper.release(w);
     await settleWithin(Promise.all(unstarted.map((w) => this.release(w.delivery.lease))), deadline);
     const settled =
       claimsDone &&
-      (await settleWithin(
-        Promise.allSettled([...this.runs.values()].map((r) => r.done)),
-        deadline,
-      ));
+      (await settleWithin(Promise.allSettled([...this.runs].map((r) => r.done())), deadline));
     if (!settled) {
       this.logger.warn(
         OutboxMessages.shutdownTimeout(this.runs.size, this.config.shutdownTimeoutMs),
       );
-      for (const run of this.runs.values()) run.interrupt(new OutboxShutdownError());
+      for (const run of this.runs) run.interrupt(new OutboxShutdownError());
     }
     await settleWithin(this.reporter.settled(), Math.max(deadline, performance.now() + 1_000));
     // A running retention batch finishes before the store's connections close.
@@ -310,7 +395,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         }
       }
       if (claimed > 0) continue;
-      const busy = [...[...this.runs.values()].map((r) => r.done), ...this.polls];
+      const busy = [...[...this.runs].map((r) => r.done()), ...this.polls];
       if (busy.length > 0) {
         // Something still runs (ours or the poll loop's): wait for one to end, then look again.
         await Promise.race(busy);
@@ -389,6 +474,22 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     });
   }
 
+  /**
+   * Polls on the next turn, once however many runs asked in this one; that poll claims as often
+   * as the free slots allow (as many separate polls would).
+   */
+  private pollSoon(): void {
+    if (this.pollScheduled) return;
+    this.pollScheduled = true;
+    setImmediate(() => {
+      this.pollScheduled = false;
+      for (let size = -1; size !== this.polls.size;) {
+        size = this.polls.size;
+        this.poll();
+      }
+    });
+  }
+
   private serveWake(): void {
     if (this.wakePending && this.polls.size === 0) this.poll();
   }
@@ -420,7 +521,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     const poll: Promise<void> = this.claimOnce(limit)
       .then((claimed) => {
         // A full batch means more is waiting: claim again at once, not on the next tick.
-        if (claimed >= limit) setImmediate(() => this.poll());
+        if (claimed >= limit) this.pollSoon();
       })
       .finally(() => {
         this.reserved -= limit;
@@ -455,7 +556,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     this.morePending = claimed.length >= limit;
     this.counters.claimed += claimed.length;
     if (this.events.wants('claimed')) {
-      for (const c of claimed) this.events.emit({ kind: 'claimed', ...this.observe(c) });
+      for (const c of claimed) this.events.emit(this.observe('claimed', c));
     }
     if (this.state === 'stopping') {
       await Promise.all(claimed.map((c) => this.release(c.lease)));
@@ -485,15 +586,17 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.report(delivery, delivery.lease, handler, { failed: true, failure: error }, null);
       return;
     }
-    const kept: KeptLease = this.keeper.keep(delivery.lease, sentAt, (error) => {
-      if (waiting.run) return waiting.run.interrupt(error);
-      // Lost while waiting for a slot: it never started, so there is nothing to stop.
-      const index = this.waiting.indexOf(waiting);
-      if (index >= 0) this.waiting.splice(index, 1);
-      this.leaseLost(delivery, 'renewal');
-    });
-    const waiting: Waiting = { delivery, handler, kept, run: null };
-    this.waiting.push(waiting);
+    const slot = this.keeper.add(new Slot(this, delivery, handler), sentAt);
+    this.waiting.push(slot);
+  }
+
+  /** The keeper lost a kept lease: stop the run, or drop the delivery if it never started. */
+  slotLost(slot: Slot, error: LeaseLostError): void {
+    if (slot.running) return slot.interrupt(error);
+    // Lost while waiting for a slot: it never started, so there is nothing to stop.
+    const index = this.waiting.indexOf(slot);
+    if (index >= 0) this.waiting.splice(index, 1);
+    this.leaseLost(slot.delivery, 'renewal');
   }
 
   /** Starts waiting deliveries while handler slots are free (not once shutdown began). */
@@ -507,87 +610,65 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
   }
 
-  private launch(waiting: Waiting): void {
-    const { delivery, handler, kept } = waiting;
-    // A re-claim of the same delivery (after its lease expired) is a separate run; a store may
-    // share one token across a claim's deliveries, so the key takes both.
-    const key = `${delivery.id}:${delivery.lease.token}`;
-    const timeoutMs = handler.timeoutMs ?? this.config.handlerTimeoutMs;
-    let interrupt!: (reason: unknown) => void;
-    const interrupted = new Promise<never>((_, reject) => (interrupt = reject));
-    interrupted.catch(() => undefined);
-    const run: Run = {
-      delivery,
-      handler,
-      kept,
-      startedAt: Date.now(),
-      started: performance.now(),
-      deadline: performance.now() + timeoutMs,
-      timeoutMs,
-      controller: null,
-      interruptedBy: undefined,
-      interrupt: (reason) => {
-        if (run.interruptedBy !== undefined) return;
-        run.interruptedBy = reason;
-        run.controller?.abort(reason);
-        interrupt(reason);
+  private launch(slot: Slot): void {
+    const { delivery, handler } = slot;
+    slot.timeoutMs = handler.timeoutMs ?? this.config.handlerTimeoutMs;
+    slot.startedAt = Date.now();
+    slot.started = performance.now();
+    slot.deadline = slot.started + slot.timeoutMs;
+    slot.running = true;
+    this.runs.add(slot);
+    this.armTimeout(slot.deadline);
+    const context = new RunContext(slot, this.workerId);
+    let invocation: Promise<unknown>;
+    try {
+      // With tracing on, each attempt runs in a consumer span continuing the appender's trace.
+      invocation = this.tracing
+        ? this.tracing.process(delivery.event, context, handler.invoke, slot)
+        : handler.invoke(delivery.event, context);
+    } catch (error) {
+      invocation = Promise.reject(error);
+    }
+    slot.invocation = invocation;
+    invocation.then(
+      () => {
+        if (slot.span) this.tracing!.endProcess(slot.span, false, undefined);
+        this.finish(slot, undefined, false);
       },
-      done: Promise.resolve(),
-    };
-    waiting.run = run;
-    this.runs.set(key, run);
-    this.armTimeout(run.deadline);
-    run.done = this.execute(run, interrupted)
-      .catch((error) => this.logger.error(`Unexpected dispatcher error: ${String(error)}`))
-      .finally(() => {
-        this.runs.delete(key);
-        this.startWaiting();
-        // Work was left behind when the last claim came back full: fetch it now, not next tick.
-        if (this.morePending) setImmediate(() => this.poll());
-        else if (this.wakePending) this.serveWake();
-      });
+      (error: unknown) => {
+        if (slot.span) this.tracing!.endProcess(slot.span, true, error);
+        this.finish(slot, error, true);
+      },
+    );
   }
 
-  private async execute(run: Run, interrupted: Promise<never>): Promise<void> {
-    const { delivery, handler } = run;
-    const context: OutboxHandlerContext = {
-      attempt: delivery.attempt,
-      get signal(): AbortSignal {
-        run.controller ??= new AbortController();
-        if (run.interruptedBy !== undefined && !run.controller.signal.aborted)
-          run.controller.abort(run.interruptedBy);
-        return run.controller.signal;
-      },
-      workerId: this.workerId,
-      deliveryId: delivery.id,
-      handler: handler.name,
-    };
-    // With tracing on, each attempt runs in a consumer span continuing the appender's trace.
-    const invocation = this.tracing
-      ? this.tracing.process(
-          delivery.event,
-          {
-            handler: handler.name,
-            deliveryId: delivery.id,
-            attempt: delivery.attempt,
-            workerId: this.workerId,
-          },
-          () => handler.invoke(delivery.event, context),
-        )
-      : handler.invoke(delivery.event, context);
-    let result: RunResult;
+  /**
+   * A run ended: its handler settled, or it was interrupted (first one wins). Releases its lease,
+   * hands its outcome to the reporter and frees its slot.
+   */
+  finish(slot: Slot, failure: unknown, failed: boolean): void {
+    if (slot.finished) return;
+    slot.finished = true;
     try {
-      await Promise.race([invocation, interrupted]);
-      result = { failed: false };
+      slot.durationMs = performance.now() - slot.started;
+      this.keeper.release(slot);
+      const { delivery } = slot;
+      const interrupted = slot.interruptedBy !== undefined && failure === slot.interruptedBy;
+      if (failed && interrupted) this.abandon(delivery.id, slot.invocation!);
+      const result: RunResult = failed
+        ? { failed: true, failure, interruptedBy: slot.interruptedBy }
+        : SUCCEEDED;
+      this.report(delivery, slot.lease, slot.handler, result, slot);
     } catch (error) {
-      result = { failed: true, failure: error, interruptedBy: run.interruptedBy };
+      this.logger.error(`Unexpected dispatcher error: ${String(error)}`);
+    } finally {
+      this.runs.delete(slot);
+      this.startWaiting();
+      // Work was left behind when the last claim came back full: fetch it now, not next tick.
+      if (this.morePending) this.pollSoon();
+      else if (this.wakePending) this.serveWake();
+      slot.settleDone();
     }
-    const timing = { startedAt: run.startedAt, durationMs: performance.now() - run.started };
-    this.keeper.release(run.kept);
-    if (run.interruptedBy !== undefined && result.failure === run.interruptedBy) {
-      this.abandon(delivery.id, invocation);
-    }
-    this.report(delivery, run.kept.lease, handler, result, timing);
   }
 
   /** Remembers a run the dispatcher stopped waiting for until its handler really returns. */
@@ -613,6 +694,11 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     result: RunResult,
     timing: RunTiming | null,
   ): void {
+    if (!result.failed && timing instanceof Slot) {
+      // Succeeded (the common case): no policy to consult.
+      this.reporter.enqueueAck(timing);
+      return;
+    }
     const outcome = decideOutcome(result, {
       attempt: delivery.attempt,
       maxAttempts: handler.maxAttempts ?? this.config.maxAttempts,
@@ -627,17 +713,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     if (outcome.kind === 'abandoned') return;
     if (outcome.kind === 'ack') {
       this.reporter.ack(lease).then(
-        () => {
-          this.counters.succeeded++;
-          if (this.events.wants('delivered')) {
-            this.events.emit({
-              kind: 'delivered',
-              ...this.observe(delivery),
-              ...(timing ?? { startedAt: Date.now(), durationMs: 0 }),
-              availableAt: delivery.event.availableAt,
-            });
-          }
-        },
+        () => this.delivered(delivery, timing),
         (error) => this.reportFailed(handler, delivery, 'ack', error),
       );
       return;
@@ -650,10 +726,14 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
           this.counters.deadLettered++;
           if (this.events.wants('dead-lettered')) {
             this.events.emit({
-              kind: 'dead-lettered',
-              ...this.observe(delivery),
-              ...timing,
-              ...(timing ? { availableAt: delivery.event.availableAt } : {}),
+              ...this.observe('dead-lettered', delivery),
+              ...(timing
+                ? {
+                    startedAt: timing.startedAt,
+                    durationMs: timing.durationMs,
+                    availableAt: delivery.event.availableAt,
+                  }
+                : {}),
               reason: outcome.reason,
               error: observedError(result.failure),
             });
@@ -668,9 +748,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         this.counters.retried++;
         if (this.events.wants('retry-scheduled')) {
           this.events.emit({
-            kind: 'retry-scheduled',
-            ...this.observe(delivery),
-            ...(timing ?? { startedAt: Date.now(), durationMs: 0 }),
+            ...this.observe('retry-scheduled', delivery),
+            startedAt: timing ? timing.startedAt : Date.now(),
+            durationMs: timing ? timing.durationMs : 0,
             availableAt: delivery.event.availableAt,
             delayMs: outcome.delayMs,
             error: observedError(result.failure),
@@ -681,9 +761,41 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     );
   }
 
+  /** The slot's ack was written. */
+  acked(slot: Slot): void {
+    this.delivered(slot.delivery, slot);
+  }
+
+  /** The slot's ack was refused (lease lost) or failed. */
+  ackFailed(slot: Slot, error: unknown): void {
+    this.reportFailed(slot.handler, slot.delivery, 'ack', error);
+  }
+
+  private delivered(delivery: ClaimedDelivery, timing: RunTiming | null): void {
+    this.counters.succeeded++;
+    if (!this.events.wants('delivered')) return;
+    const { event } = delivery;
+    this.events.emit({
+      kind: 'delivered',
+      eventId: event.id,
+      type: event.type,
+      deliveryId: delivery.id,
+      handler: delivery.handler,
+      attempt: delivery.attempt,
+      workerId: this.workerId,
+      startedAt: timing ? timing.startedAt : Date.now(),
+      durationMs: timing ? timing.durationMs : 0,
+      availableAt: event.availableAt,
+    });
+  }
+
   /** What the event stream says about a delivery (ids and names, never the payload). */
-  private observe(delivery: ClaimedDelivery): DeliveryObservation {
+  private observe<K extends OutboxObservationKind>(
+    kind: K,
+    delivery: ClaimedDelivery,
+  ): DeliveryObservation & { kind: K } {
     return {
+      kind,
       eventId: delivery.event.id,
       type: delivery.event.type,
       deliveryId: delivery.id,
@@ -696,7 +808,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private leaseLost(delivery: ClaimedDelivery, during: 'renewal' | 'outcome'): void {
     this.counters.leaseLost++;
     if (this.events.wants('lease-lost')) {
-      this.events.emit({ kind: 'lease-lost', ...this.observe(delivery), during });
+      this.events.emit({ ...this.observe('lease-lost', delivery), during });
     }
   }
 
@@ -738,7 +850,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     this.clearTimeoutTimer();
     const now = performance.now();
     let next = Infinity;
-    for (const run of this.runs.values()) {
+    for (const run of this.runs) {
       if (run.interruptedBy !== undefined) continue;
       if (run.deadline <= now) {
         run.interrupt(new HandlerTimeoutError(run.handler.name, run.timeoutMs));

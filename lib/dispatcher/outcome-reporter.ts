@@ -6,10 +6,11 @@ import {
   OutboxStore,
 } from '../interfaces/outbox-store.interface';
 
-interface PendingAck {
+/** An ack waiting for its batch; told how it went through `resolve` or `reject`. */
+export interface PendingAck {
   lease: Lease;
-  resolve: () => void;
-  reject: (error: unknown) => void;
+  resolve(): void;
+  reject(error: unknown): void;
 }
 
 /**
@@ -20,8 +21,13 @@ interface PendingAck {
  * outcome written so far (drain and shutdown use it).
  */
 export class OutcomeReporter {
-  private readonly pendingAcks: PendingAck[] = [];
+  private pendingAcks: PendingAck[] = [];
+  /** Writes other than batched acks (each its own store call). */
   private readonly writes = new Set<Promise<unknown>>();
+  /** Batched acks handed over and not yet answered. */
+  private acksUnwritten = 0;
+  /** Resolved when `acksUnwritten` drops to zero; made only while `settled()` waits. */
+  private acksIdle: { promise: Promise<void>; resolve: () => void } | null = null;
   private flushing = false;
 
   constructor(
@@ -32,19 +38,32 @@ export class OutcomeReporter {
 
   /** Outcomes handed over and not yet written. */
   get backlog(): number {
-    return this.writes.size;
+    return this.writes.size + this.acksUnwritten;
   }
 
   ack(lease: Lease): Promise<void> {
     if (!this.store.ackMany) return this.track(this.store.ack(lease));
-    const done = new Promise<void>((resolve, reject) => {
-      this.pendingAcks.push({ lease, resolve, reject });
-    });
+    return new Promise<void>((resolve, reject) => this.enqueueAck({ lease, resolve, reject }));
+  }
+
+  /**
+   * `ack` without a promise: `pending` is told the result. With a store without `ackMany`, each
+   * ack is its own call.
+   */
+  enqueueAck(pending: PendingAck): void {
+    if (!this.store.ackMany) {
+      this.track(this.store.ack(pending.lease)).then(
+        () => pending.resolve(),
+        (error: unknown) => pending.reject(error),
+      );
+      return;
+    }
+    this.pendingAcks.push(pending);
+    this.acksUnwritten++;
     if (!this.flushing) {
       this.flushing = true;
       setImmediate(() => void this.flush());
     }
-    return this.track(done);
   }
 
   retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {
@@ -57,7 +76,18 @@ export class OutcomeReporter {
 
   /** Resolves once every outcome handed over before (and during) the wait is written. */
   async settled(): Promise<void> {
-    while (this.writes.size > 0) await Promise.allSettled([...this.writes]);
+    while (this.backlog > 0) {
+      const waits: Promise<unknown>[] = [...this.writes];
+      if (this.acksUnwritten > 0) {
+        if (!this.acksIdle) {
+          let resolve!: () => void;
+          const promise = new Promise<void>((r) => (resolve = r));
+          this.acksIdle = { promise, resolve };
+        }
+        waits.push(this.acksIdle.promise);
+      }
+      await Promise.allSettled(waits);
+    }
   }
 
   private track<T>(promise: Promise<T>): Promise<T> {
@@ -73,30 +103,54 @@ export class OutcomeReporter {
   private async flush(): Promise<void> {
     // Results come back by delivery id: two leases on one delivery (a stale one and a fresh one
     // after a re-claim) go in separate batches, so each gets its own fenced answer.
+    let batch = this.pendingAcks;
+    this.pendingAcks = [];
     const ids = new Set<string>();
-    const batch: PendingAck[] = [];
-    const later: PendingAck[] = [];
-    for (const a of this.pendingAcks.splice(0)) {
-      if (ids.has(a.lease.deliveryId)) later.push(a);
-      else {
-        ids.add(a.lease.deliveryId);
-        batch.push(a);
-      }
+    let later: PendingAck[] | null = null;
+    for (const a of batch) {
+      if (!ids.has(a.lease.deliveryId)) ids.add(a.lease.deliveryId);
+      else (later ??= []).push(a);
     }
-    this.pendingAcks.push(...later);
+    if (later) {
+      const deferred = new Set(later);
+      batch = batch.filter((a) => !deferred.has(a));
+      this.pendingAcks.push(...later);
+    }
     try {
       if (batch.length === 0) return;
-      const acked = new Set(await this.store.ackMany!(batch.map((a) => a.lease)));
+      const leases = new Array<Lease>(batch.length);
+      for (let i = 0; i < batch.length; i++) leases[i] = batch[i].lease;
+      const ackedIds = await this.store.ackMany!(leases);
+      // Ids in a batch are distinct, so as many acknowledged as sent means all of them.
+      const acked = ackedIds.length === batch.length ? null : new Set(ackedIds);
       for (const a of batch) {
-        if (acked.has(a.lease.deliveryId)) a.resolve();
-        else a.reject(new LeaseLostError(a.lease.deliveryId, a.lease.owner));
+        this.acksUnwritten--;
+        this.answer(a, acked === null || acked.has(a.lease.deliveryId) ? null : lost(a.lease));
       }
     } catch (error) {
-      for (const a of batch) a.reject(error);
+      for (const a of batch) {
+        this.acksUnwritten--;
+        this.answer(a, error);
+      }
     } finally {
+      if (this.acksUnwritten === 0 && this.acksIdle) {
+        this.acksIdle.resolve();
+        this.acksIdle = null;
+      }
       // Acks that arrived while this batch was on its way go next, in one batch of their own.
       if (this.pendingAcks.length > 0) setImmediate(() => void this.flush());
       else this.flushing = false;
     }
   }
+
+  /** Tells one ack its result, then reports the write. */
+  private answer(a: PendingAck, error: unknown): void {
+    if (error === null) a.resolve();
+    else a.reject(error);
+    this.onWritten();
+  }
+}
+
+function lost(lease: Lease): LeaseLostError {
+  return new LeaseLostError(lease.deliveryId, lease.owner);
 }

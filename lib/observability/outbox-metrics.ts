@@ -116,11 +116,15 @@ export class OutboxMetrics
     const { events } = this;
     // Labelled children are looked up once per label set (bounded: names from code), not
     // hashed from an object on every delivery.
-    const children = new Map<string, { inc(): void }>();
+    // outcome → handler → type → child: no key string built per delivery.
+    const children = new Map<string, Map<string, Map<string, { inc(): void }>>>();
     const deliveries = (type: string, handler: string, outcome: string) => {
-      const key = `${outcome}\u0000${handler}\u0000${type}`;
-      let child = children.get(key);
-      if (!child) children.set(key, (child = m.deliveries.labels({ type, handler, outcome })));
+      let byHandler = children.get(outcome);
+      if (!byHandler) children.set(outcome, (byHandler = new Map()));
+      let byType = byHandler.get(handler);
+      if (!byType) byHandler.set(handler, (byType = new Map()));
+      let child = byType.get(type);
+      if (!child) byType.set(type, (child = m.deliveries.labels({ type, handler, outcome })));
       return child;
     };
     const histograms = new Map<string, { duration: Observer; lag: Observer }>();

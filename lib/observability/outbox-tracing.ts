@@ -1,5 +1,6 @@
 import type * as Otel from '@opentelemetry/api';
 import type { OutboxEvent, OutboxHeaders } from '../interfaces/outbox-event.interface';
+import type { OutboxHandlerContext } from '../interfaces/outbox-handler.interface';
 import { assertInstalled } from '../optional-peers';
 
 type OtelApi = typeof Otel;
@@ -12,13 +13,8 @@ const TRACEPARENT = 'traceparent';
 const TRACESTATE = 'tracestate';
 const TRACEPARENT_FORMAT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
-/** What a handler span records about its delivery. */
-export interface ProcessInfo {
-  handler: string;
-  deliveryId: string;
-  attempt: number;
-  workerId: string;
-}
+/** Most span names kept (one per event type; types come from code, so this is a safety bound). */
+const MAX_CACHED_NAMES = 1000;
 
 /**
  * OpenTelemetry through `@opentelemetry/api` (README "Monitoring"): producer spans around
@@ -30,6 +26,11 @@ export interface ProcessInfo {
  */
 export class OutboxTracing {
   private readonly tracer: Otel.Tracer;
+  /** Consumer span names by event type (bounded: types come from code). */
+  private readonly spanNames = new Map<string, string>();
+  /** The parent context last read from W3C-only headers, and the header values it came from. */
+  private lastParent: { traceparent: string; tracestate: unknown; context: Otel.Context } | null =
+    null;
 
   constructor(private readonly api: OtelApi) {
     this.tracer = api.trace.getTracer(SYSTEM);
@@ -80,29 +81,87 @@ export class OutboxTracing {
   }
 
   /**
-   * Runs one handler attempt in a CONSUMER span, child of the context stored in the event's
-   * headers (or a new trace when it has none).
+   * Runs one handler attempt, `invoke(event, context)`, in a CONSUMER span, child of the context
+   * stored in the event's headers (or a new trace when it has none), and puts the span in
+   * `holder.span`. The caller ends it with `endProcess` once the returned promise settles (its
+   * own reaction to the handler, so tracing adds no promise of its own per attempt). Per attempt
+   * this allocates the span, its attributes and the active context; the parent context is read
+   * once per distinct `traceparent` (the events of one append share it), span names once per type.
    */
-  process<T>(event: OutboxEvent, info: ProcessInfo, run: () => Promise<T>): Promise<T> {
+  process<T>(
+    event: OutboxEvent,
+    context: OutboxHandlerContext,
+    invoke: (event: OutboxEvent, context: OutboxHandlerContext) => Promise<T>,
+    holder: { span: unknown },
+  ): Promise<T> {
     const { api } = this;
-    const parent = this.extract(event.headers, api.ROOT_CONTEXT);
-    return this.inSpan(
-      `process ${event.type}`,
-      parent,
-      {
-        'messaging.system': SYSTEM,
-        'messaging.operation.type': 'process',
-        'messaging.destination.name': event.type,
-        'messaging.message.id': event.id,
-        'messaging.consumer.group.name': info.handler,
-        'messaging.outbox.delivery_id': info.deliveryId,
-        'messaging.outbox.attempt': info.attempt,
-        'messaging.outbox.worker_id': info.workerId,
-        ...(event.key !== null ? { 'messaging.outbox.key': event.key } : {}),
-      },
-      [],
-      run,
-    );
+    const attributes: Otel.Attributes = {
+      'messaging.system': SYSTEM,
+      'messaging.operation.type': 'process',
+      'messaging.destination.name': event.type,
+      'messaging.message.id': event.id,
+      'messaging.consumer.group.name': context.handler,
+      'messaging.outbox.delivery_id': context.deliveryId,
+      'messaging.outbox.attempt': context.attempt,
+      'messaging.outbox.worker_id': context.workerId,
+    };
+    if (event.key !== null) attributes['messaging.outbox.key'] = event.key;
+    let name = this.spanNames.get(event.type);
+    if (name === undefined) {
+      name = `process ${event.type}`;
+      if (this.spanNames.size < MAX_CACHED_NAMES) this.spanNames.set(event.type, name);
+    }
+    const parent = this.parentOf(event.headers);
+    const span = this.tracer.startSpan(name, { kind: api.SpanKind.CONSUMER, attributes }, parent);
+    holder.span = span;
+    try {
+      return api.context.with(api.trace.setSpan(parent, span), invoke, undefined, event, context);
+    } catch (error) {
+      holder.span = null;
+      this.fail(span, error);
+      span.end();
+      throw error;
+    }
+  }
+
+  /** Ends a span `process` started: status ERROR when its attempt failed. */
+  endProcess(span: unknown, failed: boolean, error: unknown): void {
+    if (!span) return;
+    if (failed) this.fail(span as Otel.Span, error);
+    (span as Otel.Span).end();
+  }
+
+  /**
+   * The context stored in an event's headers. Headers with nothing but the W3C fields (what
+   * `send` writes) are extracted once per distinct value: a context is immutable, so the events
+   * of one append share theirs. No headers: a new trace, nothing to extract.
+   */
+  private parentOf(headers: OutboxHeaders): Otel.Context {
+    const { api } = this;
+    let traceparent: unknown;
+    let tracestate: unknown;
+    let others = false;
+    if (!headers) return api.ROOT_CONTEXT;
+    for (const name in headers) {
+      if (name === TRACEPARENT) traceparent = headers[name];
+      else if (name === TRACESTATE) tracestate = headers[name];
+      else others = true;
+    }
+    if (!others && traceparent === undefined && tracestate === undefined) return api.ROOT_CONTEXT;
+    if (
+      others ||
+      typeof traceparent !== 'string' ||
+      (tracestate !== undefined && typeof tracestate !== 'string')
+    ) {
+      return this.extract(headers, api.ROOT_CONTEXT);
+    }
+    const cached = this.lastParent;
+    if (cached && cached.traceparent === traceparent && cached.tracestate === tracestate) {
+      return cached.context;
+    }
+    const context = this.extract(headers, api.ROOT_CONTEXT);
+    this.lastParent = { traceparent, tracestate, context };
+    return context;
   }
 
   /**
@@ -141,7 +200,7 @@ export class OutboxTracing {
     );
   }
 
-  /** Runs `run` in a CONSUMER span (a `.then` chain: one promise fewer per handler run). */
+  /** Runs `run` in a CONSUMER span. */
   private inSpan<T>(
     name: string,
     parent: Otel.Context,
@@ -155,9 +214,23 @@ export class OutboxTracing {
       { kind: api.SpanKind.CONSUMER, attributes, links },
       parent,
     );
+    return this.run(span, parent, run);
+  }
+
+  /**
+   * Runs `fn(...args)` with `span` active (a `.then` chain: one promise fewer per handler run)
+   * and ends the span when it settles.
+   */
+  private run<A extends unknown[], T>(
+    span: Otel.Span,
+    parent: Otel.Context,
+    fn: (...args: A) => Promise<T>,
+    ...args: A
+  ): Promise<T> {
+    const { api } = this;
     let running: Promise<T>;
     try {
-      running = api.context.with(api.trace.setSpan(parent, span), run);
+      running = api.context.with(api.trace.setSpan(parent, span), fn, undefined, ...args);
     } catch (error) {
       this.fail(span, error);
       span.end();

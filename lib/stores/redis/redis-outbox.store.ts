@@ -286,6 +286,8 @@ export class RedisOutboxStore implements OutboxStore {
     ];
     for (const [type, handlers] of byType) args.push(type, handlers.length, ...handlers);
     const [leaseUntil, rows] = (await this.run('claim', args)) as [number, Row[]];
+    // One deadline for the whole claim; leases are replaced, never changed, so they share it.
+    const until = new Date(Number(leaseUntil));
     return rows.map(([id, handler, attempt, eventId, type, key, pl, hd, oa, av], i) => ({
       id: String(id),
       handler: String(handler),
@@ -304,7 +306,7 @@ export class RedisOutboxStore implements OutboxStore {
         owner: request.workerId,
         // As the claim script made it: the claim's token base and the row's number.
         token: `${tokenBase}.${i + 1}`,
-        leaseUntil: new Date(Number(leaseUntil)),
+        leaseUntil: until,
       },
     }));
   }
@@ -339,24 +341,31 @@ export class RedisOutboxStore implements OutboxStore {
   async ackMany(leases: Lease[]): Promise<string[]> {
     const acked: string[] = [];
     for (let i = 0; i < leases.length; i += ACK_MANY_CHUNK) {
-      const byOwner = new Map<string, Lease[]>();
-      for (const lease of leases.slice(i, i + ACK_MANY_CHUNK)) {
-        const group = byOwner.get(lease.owner);
-        if (group) group.push(lease);
-        else byOwner.set(lease.owner, [lease]);
-      }
+      const chunk = leases.length <= ACK_MANY_CHUNK ? leases : leases.slice(i, i + ACK_MANY_CHUNK);
+      // A worker acks its own leases: one owner is the rule, several the exception.
+      const owner = chunk[0].owner;
+      const order = chunk.every((lease) => lease.owner === owner) ? chunk : byOwner(chunk);
       const args: string[] = [];
-      const order: Lease[] = [];
-      for (const [owner, group] of byOwner) {
-        args.push(owner, String(group.length));
-        for (const lease of group) {
-          args.push(lease.deliveryId, lease.token);
-          order.push(lease);
+      let group = '';
+      let countAt = -1;
+      for (const lease of order) {
+        if (countAt < 0 || lease.owner !== group) {
+          if (countAt >= 0) args[countAt] = String((args.length - countAt - 1) / 2);
+          group = lease.owner;
+          args.push(group, '');
+          countAt = args.length - 1;
         }
+        args.push(lease.deliveryId, lease.token);
       }
-      const refused = new Set(((await this.run('ackMany', args)) as number[]).map(Number));
+      if (countAt >= 0) args[countAt] = String((args.length - countAt - 1) / 2);
+      const refused = (await this.run('ackMany', args)) as (number | string)[];
+      if (refused.length === 0) {
+        for (const lease of order) acked.push(lease.deliveryId);
+        continue;
+      }
+      const skip = new Set(refused.map(Number));
       order.forEach((lease, k) => {
-        if (!refused.has(k + 1)) acked.push(lease.deliveryId);
+        if (!skip.has(k + 1)) acked.push(lease.deliveryId);
       });
     }
     return acked;
@@ -577,6 +586,17 @@ function errorArgs(error: DeliveryErrorInput): (string | number)[] {
     JSON.stringify(String(error.workerId ?? '')),
     OUTBOX_ERROR_HISTORY,
   ];
+}
+
+/** Leases grouped by owner, each group in its original order. */
+function byOwner(leases: Lease[]): Lease[] {
+  const groups = new Map<string, Lease[]>();
+  for (const lease of leases) {
+    const group = groups.get(lease.owner);
+    if (group) group.push(lease);
+    else groups.set(lease.owner, [lease]);
+  }
+  return [...groups.values()].flat();
 }
 
 /** Headers as stored (JSON); most events have none, so `{}` skips the parser. */
