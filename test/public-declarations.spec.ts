@@ -39,12 +39,7 @@ const REQUIRED_PEERS = Object.keys(pkg.peerDependencies).filter(
  * Optional peers the declarations still reach, each with where and why. Empty is the goal: an
  * entry here is a defect to fix (the test fails when the list is stale in either direction).
  */
-const PENDING: Record<string, string> = {
-  // OutboxTracing's constructor takes `typeof import('@opentelemetry/api')`, and OutboxService
-  // and OutboxDispatcher name OutboxTracing in their constructors: lib/observability is being
-  // reworked on another branch; a `private constructor` there removes it from the declarations.
-  '@opentelemetry/api': 'observability/outbox-tracing.d.ts',
-};
+const PENDING: Record<string, string> = {};
 
 /** `name` plus everything npm would install with it: dependencies and required peers, transitively. */
 function closure(names: string[]): Set<string> {

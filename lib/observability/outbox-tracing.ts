@@ -32,7 +32,7 @@ export class OutboxTracing {
   private lastParent: { traceparent: string; tracestate: unknown; context: Otel.Context } | null =
     null;
 
-  constructor(private readonly api: OtelApi) {
+  private constructor(private readonly api: OtelApi) {
     this.tracer = api.trace.getTracer(SYSTEM);
   }
 
