@@ -213,14 +213,8 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   /** Claims of this dialect instance running now (they take different slices of the window). */
   private claimsRunning = 0;
-  /**
-   * Where this store starts in a window of several slices: random per store, so the claims of two
-   * processes (which cannot see each other's count) do not both start with the oldest slice.
-   */
-  private readonly sliceOffset = Math.floor(Math.random() * 1_000_000);
-
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
-    const slot = this.sliceOffset + this.claimsRunning++;
+    const slot = this.claimsRunning++;
     try {
       return yield* this.claimAs(slot, req, candidates, columns);
     } finally {
@@ -252,13 +246,13 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     }
     if (this.mariadb && this.oneStatementClaim) {
       // MariaDB's INSERT … SELECT reads its own table through a temporary table, so it locks
-      // every row it reads before the LIMIT applies. It is given one slice of the window, so
-      // claims running beside it (this process claims ahead, other processes claim too) do not
-      // lock each other out of the same rows: which slice comes first depends on the store and
-      // on the claims of this process running now. Every slice holds `limit` ids (the last one
-      // overlaps the one before), so a claim alone fills its batch from any of them. A slice that
-      // yields fewer rows than asked (another claimer holds or took them) is followed by the next
-      // one, within this call: a short batch would tell the dispatcher nothing more is pending.
+      // every row it reads before the LIMIT applies. It is given one slice of the window: the
+      // oldest for a claim alone (oldest first), another for each claim of this process running
+      // beside it (the dispatcher claims ahead), so they do not lock each other out of the same
+      // rows. Claims of other processes cannot be counted: a slice that yields fewer rows than
+      // asked (another claimer holds or took them) is followed by the next one, within this call,
+      // since a short batch tells the dispatcher nothing more is pending. Every slice holds
+      // `limit` ids (the last one overlaps the one before).
       const slices = Math.ceil(within.length / req.limit);
       const last = Math.max(0, within.length - req.limit);
       const claimed: Row[] = [];
@@ -319,8 +313,8 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
    * locked rows), leases them through `INSERT … SELECT … ON DUPLICATE KEY UPDATE` (MariaDB has no
    * `UPDATE … RETURNING`, but its `INSERT … RETURNING` returns the updated rows), and returns them
    * with their event's columns, read by primary key in the `RETURNING` list as one JSON array.
-   * It runs at READ COMMITTED (see `claimWithin`), where the locking read takes record locks on
-   * the rows it leases and no gap locks, and the subqueries lock nothing. The locks last for the
+   * It runs at READ COMMITTED (see `claimWithin`), where the locking read locks (or skips) the
+   * rows it leases, by primary key, and the subqueries lock nothing. The locks last for the
    * statement only: by then every locked row is leased or was never ours to take.
    */
   private claimStatement(
