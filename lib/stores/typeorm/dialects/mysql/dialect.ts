@@ -61,7 +61,8 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   }
 
   /**
-   * MariaDB claims in two autocommit statements (see `claim`), unless the server logs statements
+   * MariaDB claims without a transaction (a window read, then one READ COMMITTED statement, see
+   * `claim`), unless the server logs statements
    * (`binlog_format = STATEMENT`): a replica replaying `INSERT … SELECT … LIMIT … SKIP LOCKED`
    * could pick other rows, so there it claims like MySQL. `undefined` until the first claim asks.
    * Tests set it to `false` to run the transaction path on MariaDB.
@@ -212,7 +213,6 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   /** Claims of this dialect instance running now (they take different slices of the window). */
   private claimsRunning = 0;
-
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
     const slot = this.claimsRunning++;
     try {
@@ -247,15 +247,25 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     if (this.mariadb && this.oneStatementClaim) {
       // MariaDB's INSERT … SELECT reads its own table through a temporary table, so it locks
       // every row it reads before the LIMIT applies. It is given one slice of the window: the
-      // oldest for a claim alone, another for each claim of this process running beside it
-      // (the dispatcher claims ahead), so they do not lock each other out of the same rows.
-      const start = (slot % Math.ceil(within.length / req.limit)) * req.limit;
-      const { rows } = yield this.claimWithin(
-        req,
-        candidates,
-        within.slice(start, start + req.limit),
-      );
-      return rows.map((r) => MysqlDialect.unpackClaimed(r));
+      // oldest for a claim alone (oldest first), another for each claim of this process running
+      // beside it (the dispatcher claims ahead), so they do not lock each other out of the same
+      // rows. Claims of other processes cannot be counted: a slice that yields fewer rows than
+      // asked (another claimer holds or took them) is followed by the next one, within this call,
+      // since a short batch tells the dispatcher nothing more is pending. Every slice holds
+      // `limit` ids (the last one overlaps the one before).
+      const slices = Math.ceil(within.length / req.limit);
+      const last = Math.max(0, within.length - req.limit);
+      const claimed: Row[] = [];
+      for (let i = 0; i < slices && claimed.length < req.limit; i++) {
+        const start = Math.min(((slot + i) % slices) * req.limit, last);
+        const rows = yield* this.claimWithin(
+          { ...req, limit: req.limit - claimed.length },
+          candidates,
+          within.slice(start, start + req.limit),
+        );
+        claimed.push(...rows.map((r) => MysqlDialect.unpackClaimed(r)));
+      }
+      return claimed;
     }
     const { rows: picked } = yield candidates({ limit: req.limit, lock: true, within });
     if (picked.length === 0) return [];
@@ -267,17 +277,51 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   }
 
   /**
-   * MariaDB's second (and last) claim statement, in autocommit: it locks the claimable rows among
+   * Runs `claimStatement` at READ COMMITTED: `SET TRANSACTION` without a scope sets the isolation
+   * of the session's next transaction only, here the claim statement's own (autocommit), so the
+   * pooled connection goes back to its users unchanged. At MariaDB's default REPEATABLE READ,
+   * InnoDB reads every table of an `INSERT … SELECT` with locking reads (next-key locks): the
+   * per-key and unexpanded `NOT EXISTS` subqueries then waited for any transaction holding a row
+   * or gap they read — an application transaction that appended an event of a key and had not
+   * committed stalled every claim, of all keys and handlers, for up to `innodb_lock_wait_timeout`.
+   * At READ COMMITTED they are consistent reads of the latest committed rows, and `FOR UPDATE
+   * SKIP LOCKED` still locks (or skips) the claimed rows. A statement that fails leaves the
+   * one-shot isolation pending (MariaDB clears it only when a transaction commits), so it is
+   * reset to the session's level before the error goes on.
+   */
+  private *claimWithin(
+    req: ClaimPlanRequest,
+    candidates: ClaimCandidates,
+    ids: unknown[],
+  ): Plan<Row[]> {
+    yield sql`SET TRANSACTION ISOLATION LEVEL READ COMMITTED`;
+    try {
+      return (yield this.claimStatement(req, candidates, ids)).rows;
+    } catch (error) {
+      try {
+        yield sql`SET SESSION tx_isolation = @@SESSION.tx_isolation`;
+      } catch {
+        // The connection is gone with its one-shot isolation.
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * MariaDB's last claim statement, in autocommit: it locks the claimable rows among
    * the given ids (`FOR UPDATE SKIP LOCKED` by primary key, conditions checked again on the
    * locked rows), leases them through `INSERT … SELECT … ON DUPLICATE KEY UPDATE` (MariaDB has no
    * `UPDATE … RETURNING`, but its `INSERT … RETURNING` returns the updated rows), and returns them
    * with their event's columns, read by primary key in the `RETURNING` list as one JSON array.
-   * Primary-key equality takes record locks only, no gap locks, on the session's isolation level
-   * (REPEATABLE READ by default; reading through a secondary index there took next-key locks that
-   * acks queued behind). The locks last for the statement only: by then every locked row is
-   * leased or was never ours to take.
+   * It runs at READ COMMITTED (see `claimWithin`), where the locking read locks (or skips) the
+   * rows it leases, by primary key, and the subqueries lock nothing. The locks last for the
+   * statement only: by then every locked row is leased or was never ours to take.
    */
-  private claimWithin(req: ClaimPlanRequest, candidates: ClaimCandidates, ids: unknown[]): SqlText {
+  private claimStatement(
+    req: ClaimPlanRequest,
+    candidates: ClaimCandidates,
+    ids: unknown[],
+  ): SqlText {
     const D = this.tables.deliveries;
     const E = this.tables.events;
     const own = (column: string) => sql`${D}.${raw(column)}`;

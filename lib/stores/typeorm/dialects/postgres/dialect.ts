@@ -32,7 +32,13 @@ interface PgClient {
 export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   readonly name = 'postgres';
   readonly tables: OutboxTableNames;
-  readonly now = raw('now()');
+  /**
+   * Truncated to the millisecond: the time columns are `TIMESTAMPTZ(3)`, which *round* a stored
+   * value, so `now()` written as a due time could land up to 0.5 ms in the future and a claim in
+   * that half millisecond would find nothing due (e.g. right after `retry(…, 0)`). Compared
+   * truncated too, so "due" and "lease expired" agree with what was stored.
+   */
+  readonly now = raw("date_trunc('milliseconds', now())");
   readonly nowMs = raw('(floor(extract(epoch from now()) * 1000))::bigint');
   readonly skipLocked = raw('FOR UPDATE SKIP LOCKED');
   readonly byId = raw('');
@@ -147,7 +153,7 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     WITH ORDINALITY AS i(id, type, event_key, payload, headers, occurred_at, available_at, n)
 ), ev AS (
   INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at)
-  SELECT id, type, event_key, payload::json, headers::json, occurred_at, COALESCE(available_at, now()) FROM input ORDER BY n
+  SELECT id, type, event_key, payload::json, headers::json, occurred_at, COALESCE(available_at, ${this.now}) FROM input ORDER BY n
   ON CONFLICT (id) DO NOTHING
   RETURNING seq, id, type, event_key, available_at
 ), dl AS (
@@ -180,7 +186,7 @@ SELECT id, seq, available_at FROM ev`);
   *deleteLeased(leases: readonly LeaseRef[]): Plan<Row[]> {
     const { rows } = yield prepared(sql`DELETE FROM ${this.tables.deliveries} AS d
 USING unnest(${leases.map((l) => l.deliveryId)}::uuid[], ${leases.map((l) => l.owner)}::text[], ${leases.map((l) => l.token)}::text[]) AS l(id, owner, token)
-WHERE d.id = l.id AND d.lease_owner = l.owner AND d.lease_token = l.token AND d.status = 'leased' AND d.lease_until > now()
+WHERE d.id = l.id AND d.lease_owner = l.owner AND d.lease_token = l.token AND d.status = 'leased' AND d.lease_until > ${this.now}
 RETURNING d.id`);
     return rows;
   }
