@@ -146,22 +146,24 @@ class RunContext implements OutboxHandlerContext {
   readonly workerId: string;
   readonly deliveryId: string;
   readonly handler: string;
-  readonly #slot: Slot;
+  declare readonly signal: AbortSignal;
 
   constructor(slot: Slot, workerId: string) {
-    this.#slot = slot;
     this.attempt = slot.delivery.attempt;
     this.workerId = workerId;
     this.deliveryId = slot.delivery.id;
     this.handler = slot.handler.name;
-  }
-
-  get signal(): AbortSignal {
-    const slot = this.#slot;
-    slot.controller ??= new AbortController();
-    if (slot.interruptedBy !== undefined && !slot.controller.signal.aborted)
-      slot.controller.abort(slot.interruptedBy);
-    return slot.controller.signal;
+    // An own, enumerable accessor: `{ ...ctx }` and `toEqual` see `signal` as they saw the plain
+    // object this used to be, while the AbortController is still only made when it is read.
+    Object.defineProperty(this, 'signal', {
+      enumerable: true,
+      get: () => {
+        slot.controller ??= new AbortController();
+        if (slot.interruptedBy !== undefined && !slot.controller.signal.aborted)
+          slot.controller.abort(slot.interruptedBy);
+        return slot.controller.signal;
+      },
+    });
   }
 }
 

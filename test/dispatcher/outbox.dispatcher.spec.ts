@@ -47,6 +47,11 @@ describe('OutboxDispatcher', () => {
     });
     expect(seen[0][1]).toMatchObject({ attempt: 1, workerId: 'worker-1', handler: 'H.handle' });
     expect(seen[0][1].signal.aborted).toBe(false);
+    // The context is a plain record of its fields: spreading or comparing it keeps `signal`.
+    expect(Object.keys(seen[0][1]).sort()).toEqual(
+      ['attempt', 'deliveryId', 'handler', 'signal', 'workerId'].sort(),
+    );
+    expect({ ...seen[0][1] }.signal).toBeInstanceOf(AbortSignal);
     expect(t.dispatcher.stats()).toMatchObject({ succeeded: 1, failed: 0, inFlight: 0 });
     expect((await t.store.stats()).pending).toBe(0);
   });
