@@ -290,11 +290,31 @@ export function driverError(error: unknown): { code?: unknown; errno?: unknown; 
  * Shared by the server dialects: statements go through TypeORM query runners, whose drivers
  * take the compiled text and parameters.
  */
+/** A dialect's DDL: create the tables, drop them, bring version-1 tables forward. */
+export interface SchemaDdl {
+  create: string[];
+  drop: string[];
+  upgrade: string[];
+}
+
 export abstract class QueryRunnerDialect {
   constructor(protected readonly ctx: DialectContext) {}
 
   protected abstract compile(stmt: SqlText): { text: string; params: unknown[] };
   protected abstract isDeadlock(error: unknown): boolean;
+  protected abstract ddl(): SchemaDdl;
+
+  createSchema(): string[] {
+    return this.ddl().create;
+  }
+
+  dropSchema(): string[] {
+    return this.ddl().drop;
+  }
+
+  upgradeSchema(): string[] {
+    return this.ddl().upgrade;
+  }
 
   protected async exec(runner: QueryRunner, stmt: SqlText): Promise<StatementResult> {
     const { text, params } = this.compile(stmt);

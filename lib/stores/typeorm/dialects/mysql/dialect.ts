@@ -20,6 +20,7 @@ import {
   Row,
   RunOptions,
   SqlDialect,
+  SchemaDdl,
 } from '../sql-dialect';
 
 const LOCK_TAG = 'nestjs-outbox:';
@@ -388,15 +389,7 @@ RETURNING id, handler, attempts, lease_owner, lease_token, ${this.timeOut(raw('l
     this.collation = mysqlTextCollation(String(rows[0]?.version ?? ''));
   }
 
-  createSchema(): string[] {
-    return mysqlDdl(this.tables, this.collation).create;
-  }
-
-  dropSchema(): string[] {
-    return mysqlDdl(this.tables, this.collation).drop;
-  }
-
-  upgradeSchema(): string[] {
-    return mysqlDdl(this.tables, this.collation).upgrade;
+  protected ddl(): SchemaDdl {
+    return mysqlDdl(this.tables, this.collation);
   }
 }

@@ -19,6 +19,7 @@ import {
   RunOptions,
   SqlDialect,
   StatementResult,
+  SchemaDdl,
 } from '../sql-dialect';
 
 /** The part of a `pg` client the prepared path uses. */
@@ -235,15 +236,7 @@ JOIN (SELECT * FROM ${this.tables.events} WHERE seq = ANY(ARRAY(SELECT event_seq
     return null;
   }
 
-  createSchema(): string[] {
-    return postgresDdl(this.tables).create;
-  }
-
-  dropSchema(): string[] {
-    return postgresDdl(this.tables).drop;
-  }
-
-  upgradeSchema(): string[] {
-    return postgresDdl(this.tables).upgrade;
+  protected ddl(): SchemaDdl {
+    return postgresDdl(this.tables);
   }
 }

@@ -23,6 +23,7 @@ import {
   RunOptions,
   SqlDialect,
   StatementResult,
+  SchemaDdl,
 } from '../sql-dialect';
 
 interface BetterSqliteStatement {
@@ -220,15 +221,7 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
     return null;
   }
 
-  createSchema(): string[] {
-    return sqliteDdl(this.tables).create;
-  }
-
-  dropSchema(): string[] {
-    return sqliteDdl(this.tables).drop;
-  }
-
-  upgradeSchema(): string[] {
-    return sqliteDdl(this.tables).upgrade;
+  protected ddl(): SchemaDdl {
+    return sqliteDdl(this.tables);
   }
 }
