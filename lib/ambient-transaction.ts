@@ -17,8 +17,9 @@ export interface AmbientTransaction {
 
 /**
  * Finds the ambient transactions `OutboxService.append()` joins and `@Inbox()` publishes:
- * `@nestjs-cls/transactional`'s `TransactionHost` (an optional peer, loaded only when an append
- * or an inbox run asks, and only used when the app registered `ClsPluginTransactional`), then the
+ * `@nestjs-cls/transactional`'s `TransactionHost` (an optional peer, looked up only when an append
+ * or an inbox run asks and the app has loaded the package, and only used when the app registered
+ * `ClsPluginTransactional`), then the
  * `@Inbox()` transaction of the calling code.
  */
 export class AmbientTransactions {
@@ -63,8 +64,12 @@ export class AmbientTransactions {
     if (this.host !== undefined) return this.host;
     let token: unknown;
     try {
-      token = (require('@nestjs-cls/transactional') as typeof import('@nestjs-cls/transactional'))
-        .TransactionHost;
+      // Only when the app itself loaded the package: an app that registered
+      // ClsPluginTransactional has, by then. Loading it here for an app that did not would turn on
+      // nestjs-cls's AsyncLocalStorage, which puts async hooks on every promise of the process.
+      const path = require.resolve('@nestjs-cls/transactional');
+      if (!require.cache[path]) return (this.host = null);
+      token = (require(path) as typeof import('@nestjs-cls/transactional')).TransactionHost;
     } catch {
       // Not installed (or its peer nestjs-cls is missing): no ambient transactions to find.
       return (this.host = null);

@@ -208,3 +208,34 @@ describe('observability integrations are optional peers', () => {
     });
   });
 });
+
+describe('@nestjs-cls/transactional is looked for only when the app loaded it', () => {
+  // nestjs-cls enables an AsyncLocalStorage when it loads, which puts async hooks on every promise
+  // of the process (measured: 2.5–4× the cost of an await). An app that never imported it must
+  // not pay for that because append() looked for a @Transactional() transaction to join.
+  it('an append without a manager on a TypeORM store, installed but unused: neither is loaded', () => {
+    const line = withoutPackages(
+      [],
+      `
+      require('reflect-metadata');
+      const { Test } = require('@nestjs/testing');
+      const { DataSource } = require('typeorm');
+      const { OutboxModule, OutboxService } = require('./lib/index.ts');
+      (async () => {
+        const dataSource = await new DataSource({ type: 'better-sqlite3', database: ':memory:' }).initialize();
+        const moduleRef = await Test.createTestingModule({
+          imports: [OutboxModule.forRoot({ store: { type: 'typeorm', dataSource, ensureSchema: true }, dispatcher: { enabled: false } })],
+        }).compile();
+        const app = moduleRef.createNestApplication({ logger: false });
+        await app.init();
+        await app.get(OutboxService).append({ type: 'noted', payload: {} });
+        const loaded = Object.keys(require.cache);
+        console.log(JSON.stringify(['nestjs-cls', '@nestjs-cls/transactional'].filter((p) => loaded.some((f) => f.includes('/node_modules/' + p + '/')))));
+        await app.close();
+        await dataSource.destroy();
+      })();
+      `,
+    );
+    expect(JSON.parse(line)).toEqual([]);
+  });
+});
