@@ -129,6 +129,90 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
     expect(visited(name(D))).toBeLessThanOrEqual(OPEN * 8);
   }, 120_000);
 
+  it("the ack reaches deliveries by primary key only, as a generic plan, with a young table's statistics", async () => {
+    await h.empty();
+    const { deliveries: D } = h.tables;
+    const open = 5_000;
+    for (let i = 0; i < open; i += 1000) {
+      await store.append(
+        Array.from({ length: 1000 }, (_, j) => ({
+          id: randomUUID(),
+          type: 'hot.event',
+          key: null,
+          payload: { i: i + j },
+          headers: {},
+          occurredAt: new Date(),
+          availableAt: null,
+          handlers: ['A.handle'],
+        })),
+      );
+    }
+    const claimed = await store.claim({
+      workerId: 'w',
+      handlers: [A],
+      limit: 300,
+      leaseMs: 60_000,
+    });
+    expect(claimed).toHaveLength(300);
+    const sent: Array<{ text: string; params: unknown[] }> = [];
+    const create = ds.createQueryRunner.bind(ds);
+    ds.createQueryRunner = (mode?: 'master' | 'slave'): QueryRunner => {
+      const runner = create(mode);
+      const query = runner.query.bind(runner);
+      runner.query = ((text: string, params?: unknown[], structured?: boolean) => {
+        if (/^DELETE/.test(text) && /lease_token/.test(text))
+          sent.push({ text, params: params ?? [] });
+        return query(text, params, structured as true);
+      }) as QueryRunner['query'];
+      return runner;
+    };
+    // One lease refused: the right id with another worker's token.
+    const leases = claimed.map((c) => c.lease);
+    leases[7] = { ...leases[7], token: randomUUID() };
+    try {
+      const acked = await store.ackMany(leases.slice(0, 150));
+      expect(acked).toHaveLength(149);
+      expect(acked).not.toContain(leases[7].deliveryId);
+    } finally {
+      ds.createQueryRunner = create;
+    }
+    expect(sent).toHaveLength(1);
+    // The plan the server reuses for a prepared statement after five executions: parameters
+    // unknown to the planner (PostgreSQL 15 has no EXPLAIN (GENERIC_PLAN)).
+    const literal = (value: unknown) =>
+      Array.isArray(value)
+        ? `'{${value.map((v) => `"${String(v).replace(/["\\]/g, '\\$&')}"`).join(',')}}'`
+        : `'${String(value)}'`;
+    const runner = ds.createQueryRunner();
+    let plan: PlanNode;
+    try {
+      await runner.startTransaction();
+      await runner.query(`SET LOCAL plan_cache_mode = force_generic_plan`);
+      await runner.query(`PREPARE hot_ack AS ${sent[0].text}`);
+      const [row] = await runner.query(
+        `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE hot_ack(${sent[0].params.map(literal).join(', ')})`,
+      );
+      plan = (row['QUERY PLAN'] as Array<{ Plan: PlanNode }>)[0].Plan;
+    } finally {
+      await runner.rollbackTransaction();
+      await runner.query('DEALLOCATE ALL');
+      await runner.release();
+    }
+    const table = D.text.replace(/"/g, '').split('.').pop()!;
+    const all = nodes(plan) as Array<PlanNode & { 'Index Name'?: string }>;
+    // Only the primary key is used, no other index and no sequential scan of the deliveries.
+    expect([...new Set(all.map((n) => n['Index Name']).filter(Boolean))]).toEqual([
+      `${table}_pkey`,
+    ]);
+    expect(all.filter((n) => n['Node Type'] === 'Seq Scan')).toEqual([]);
+    // What is read of the deliveries is the 150 rows asked for (each id's index entries lead to
+    // its row), not the 5,000 open ones.
+    const read = all
+      .filter((n) => n['Relation Name'] === table && n['Node Type'] !== 'Delete')
+      .reduce((sum, n) => sum + (n['Actual Rows'] ?? 0) + (n['Rows Removed by Filter'] ?? 0), 0);
+    expect(read).toBeLessThanOrEqual(150);
+  }, 120_000);
+
   it.each(['READ COMMITTED', 'REPEATABLE READ'] as const)(
     'two concurrent appends of one id under %s: one writes, the other is a no-op or a retryable serialization error; different content is refused',
     async (isolation) => {
