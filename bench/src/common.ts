@@ -280,3 +280,39 @@ export function redisCostPerEvent(
     byCommand,
   };
 }
+
+/**
+ * CPU time (ms, user + system) of each PostgreSQL backend connected to `database`, by pid, read
+ * from /proc (the server runs on this machine): a backend's command line reads
+ * `postgres: <cluster>: <user> <database> <client> <state>`. Empty where /proc is not readable.
+ */
+export function postgresBackendCpu(database: string): Map<number, number> {
+  const out = new Map<number, number>();
+  const { readdirSync, readFileSync } = require('node:fs') as typeof import('node:fs');
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p));
+  } catch {
+    return out;
+  }
+  const tick = 1000 / 100; // USER_HZ
+  for (const pid of pids) {
+    try {
+      const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (!cmd.startsWith('postgres: ') || !cmd.split(' ').includes(database)) continue;
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(Number(pid), (Number(fields[11]) + Number(fields[12])) * tick);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
+}
+
+/** CPU ms the backends spent between two `postgresBackendCpu` readings (new backends from 0). */
+export function cpuBetween(before: Map<number, number>, after: Map<number, number>): number {
+  let ms = 0;
+  for (const [pid, t] of after) ms += t - (before.get(pid) ?? 0);
+  return ms;
+}

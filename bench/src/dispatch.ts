@@ -29,6 +29,7 @@ import type { DataSource } from 'typeorm';
 import {
   args,
   BULL_PREFIX,
+  cpuBetween,
   deleteRedisKeys,
   dropOutboxTables,
   emit,
@@ -38,6 +39,7 @@ import {
   openDataSource,
   PG,
   PGBOSS_SCHEMA,
+  postgresBackendCpu,
   RAW_REDIS_PREFIX,
   redisCostPerEvent,
   redisServerSnapshot,
@@ -91,18 +93,23 @@ class Counter {
   /** CPU time of this process (µs) at t0 and at the N-th call: Node's own cost per event. */
   cpu0: NodeJS.CpuUsage | null = null;
   cpu1: NodeJS.CpuUsage | null = null;
+  /** CPU ms of the PostgreSQL backends serving the bench database, at t0 and at the N-th call. */
+  pg0: Map<number, number> | null = null;
+  pg1: Map<number, number> | null = null;
   get t0(): number {
     return this.start;
   }
   set t0(value: number) {
     this.start = value;
     this.cpu0 = process.cpuUsage();
+    this.pg0 = postgresBackendCpu(PG.database);
   }
   readonly hit = (): void => {
     this.handled++;
     if (this.handled === N) {
       this.t1 = now();
       this.cpu1 = process.cpuUsage(this.cpu0 ?? undefined);
+      this.pg1 = postgresBackendCpu(PG.database);
     }
   };
   wait(what: string): Promise<void> {
@@ -701,6 +708,10 @@ runMain(async () => {
     eventsPerSec: (N / ms) * 1000,
     // µs of this process's CPU per event from t0 to the N-th handler call = ms per 1,000 events.
     nodeCpuMsPer1000: c.cpu1 ? +((c.cpu1.user + c.cpu1.system) / N).toFixed(1) : null,
+    // µs of PostgreSQL server CPU per event (the backends of the bench database; 10 ms ticks).
+    ...(c.pg0 && c.pg1 && /pg|graphile|pgboss/.test(variant)
+      ? { pgCpuUsPerEvent: +((cpuBetween(c.pg0, c.pg1) * 1000) / N).toFixed(1) }
+      : {}),
     ...extra,
   });
 });

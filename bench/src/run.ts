@@ -285,6 +285,7 @@ function runOne(
     shown += `; redis: scripts ${r.scriptUsPerEvent} µs/ev, ${r.callsPerEvent} cmds/ev, cpu ${r.cpuMsPer1000} µs/ev`;
   }
   if (row.nodeCpuMsPer1000 !== undefined) shown += `; node cpu ${row.nodeCpuMsPer1000} µs/ev`;
+  if (row.pgCpuUsPerEvent !== undefined) shown += `; pg cpu ${row.pgCpuUsPerEvent} µs/ev`;
   console.log(`  ${s.id} round ${round} ${label.padEnd(22)} ${shown}   (${secs} s)`);
   return row;
 }

@@ -160,7 +160,7 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
       const runner = create(mode);
       const query = runner.query.bind(runner);
       runner.query = ((text: string, params?: unknown[], structured?: boolean) => {
-        if (/^DELETE/.test(text) && /lease_token/.test(text))
+        if (/DELETE FROM/.test(text) && /lease_token/.test(text))
           sent.push({ text, params: params ?? [] });
         return query(text, params, structured as true);
       }) as QueryRunner['query'];

@@ -5,6 +5,12 @@ import { ClaimCandidates, Plan } from '../dialects/sql-dialect';
 import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
 import { StoreContext } from './context';
 
+interface ClaimShape {
+  names: string[];
+  nameList: SqlText;
+  unexpanded: SqlText;
+}
+
 /** Unexpanded deliveries turned into per-handler ones per claim, at most. */
 const EXPAND_BATCH = 500;
 /**
@@ -23,14 +29,20 @@ const EXPAND_PROBE_QUIET_MS = 1_000;
 export class ClaimOp {
   constructor(private readonly ctx: StoreContext) {}
 
+  /** Per set of subscriptions (a worker claims with the same set every time): its SQL parts. */
+  private readonly shapes = new Map<string, ClaimShape>();
+  /** The claim's select list (the same for every claim of this store). */
+  private columns: SqlText | null = null;
+
   async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {
-    const names = [...new Set(request.handlers.map((h) => h.name))];
-    if (names.length === 0 || request.limit <= 0) return [];
+    if (request.handlers.length === 0 || request.limit <= 0) return [];
+    const shape = this.shapeOf(request);
+    if (shape.names.length === 0) return [];
     await this.expand(request);
     const { ctx } = this;
     const d = ctx.dialect;
     const token = randomUUID();
-    const unexpanded = this.unexpandedBlocker(request);
+    const { names, nameList, unexpanded } = shape;
     // The handler names stay an IN list (not an array) on every dialect: they are the same on
     // every claim of a worker, so the text is fixed per worker, and PostgreSQL folds a one-name
     // list to `handler = $1`, which reads the claim index in `event_seq` order and stops at the
@@ -41,14 +53,16 @@ export class ClaimOp {
       within,
       columns,
     }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c${within ? sql` ${d.byId}` : EMPTY}
-WHERE c.handler IN (${list(names)}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
+WHERE c.handler IN (${nameList}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
   AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
   AND (c.event_key IS NULL OR (NOT EXISTS (
     SELECT 1 FROM ${ctx.D} p
     WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}))
 ORDER BY c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
-    const columns = sql`d.id, d.handler, d.attempts, d.lease_owner, d.lease_token, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${ctx.eventColumns('e')}`;
+    // The lease's owner and token are this claim's; only its deadline (the database's clock)
+    // comes back per row.
+    this.columns ??= sql`d.id, d.handler, d.attempts, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${ctx.eventColumns('e')}`;
     const rows = await d.run(
       () =>
         d.claim(
@@ -60,28 +74,44 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
             token,
           },
           candidates,
-          columns,
+          this.columns!,
         ),
       d.claimRunOptions,
     );
-    return rows
-      .sort(
+    if (rows.length > 1) {
+      rows.sort(
         (a, b) =>
           Number(a.event_seq) - Number(b.event_seq) ||
           String(a.handler).localeCompare(String(b.handler)),
-      )
-      .map((r) => ({
-        id: String(r.id),
+      );
+    }
+    const owner = request.workerId;
+    return rows.map((r) => {
+      const id = String(r.id);
+      return {
+        id,
         handler: String(r.handler),
         attempt: Number(r.attempts),
         event: ctx.toEvent(r),
-        lease: {
-          deliveryId: String(r.id),
-          owner: String(r.lease_owner),
-          token: String(r.lease_token),
-          leaseUntil: d.readTime(r.lease_until),
-        },
-      }));
+        lease: { deliveryId: id, owner, token, leaseUntil: d.readTime(r.lease_until) },
+      };
+    });
+  }
+
+  /** The SQL parts of a set of subscriptions, built once per distinct set. */
+  private shapeOf(request: ClaimRequest): ClaimShape {
+    let key = '';
+    for (const h of request.handlers) key += `${h.name}\u0000${h.types.join('\u0001')}\u0002`;
+    let shape = this.shapes.get(key);
+    if (!shape) {
+      const names = [...new Set(request.handlers.map((h) => h.name))];
+      shape = { names, nameList: list(names), unexpanded: this.unexpandedBlocker(request) };
+      // Sets come from code (a worker has one); the bound only guards against a caller that
+      // makes a new one per claim.
+      if (this.shapes.size >= 100) this.shapes.clear();
+      this.shapes.set(key, shape);
+    }
+    return shape;
   }
 
   /**

@@ -80,9 +80,17 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     }
   }
 
+  /** Statement texts with `$n` placeholders, by their `?` form (the hot ones repeat). */
+  private readonly compiled = new Map<string, string>();
+
   protected compile(stmt: SqlText): { text: string; params: unknown[] } {
-    let i = 0;
-    return { text: stmt.text.replace(/\?/g, () => `$${++i}`), params: [...stmt.params] };
+    let text = this.compiled.get(stmt.text);
+    if (text === undefined) {
+      let i = 0;
+      text = stmt.text.replace(/\?/g, () => `$${++i}`);
+      if (stmt.prepare) this.compiled.set(stmt.text, text);
+    }
+    return { text, params: [...stmt.params] };
   }
 
   protected isDeadlock(error: unknown): boolean {
@@ -114,11 +122,17 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`${value}::timestamptz`;
   }
 
+  /**
+   * Times come back as epoch milliseconds (`float8`, exact for `timestamptz(3)`): a number costs
+   * `new Date(n)` to read, where `pg`'s text timestamp parsing was the largest single cost of
+   * reading a claimed row (measured: 3 µs per row of three times).
+   */
   timeOut(expr: SqlText): SqlText {
-    return expr;
+    return sql`(extract(epoch from ${expr}) * 1000)::float8`;
   }
 
   readTime(value: unknown): Date {
+    if (typeof value === 'number') return new Date(value);
     return value instanceof Date ? value : new Date(value as string);
   }
 
@@ -195,10 +209,12 @@ SELECT id, seq, available_at FROM ev`);
    * each with every lease), this 3.3 ms, a bare `DELETE … WHERE id = ANY` 2.5 ms.
    */
   *deleteLeased(leases: readonly LeaseRef[]): Plan<Row[]> {
-    const { rows } = yield prepared(sql`DELETE FROM ${this.tables.deliveries} AS d
-WHERE d.id = ANY(${leases.map((l) => l.deliveryId)}::uuid[])
-  AND (d.id, length(d.lease_token) || ':' || d.lease_token || d.lease_owner) IN (
-    SELECT * FROM unnest(${leases.map((l) => l.deliveryId)}::uuid[], ${leases.map(fence)}::text[]))
+    const { rows } = yield prepared(sql`WITH l AS (
+  SELECT * FROM unnest(${leases.map((l) => l.deliveryId)}::uuid[], ${leases.map(fence)}::text[]) AS l(id, fence)
+)
+DELETE FROM ${this.tables.deliveries} AS d
+WHERE d.id = ANY(ARRAY(SELECT id FROM l))
+  AND (d.id, length(d.lease_token) || ':' || d.lease_token || d.lease_owner) IN (SELECT id, fence FROM l)
   AND d.status || '' = 'leased' AND d.lease_until > ${this.now}
 RETURNING d.id`);
     return rows;
