@@ -140,32 +140,44 @@ class Slot implements KeptLease, PendingAck, RunTiming {
   }
 }
 
-/** What a handler sees of its run (`signal` made on first read). */
+/**
+ * What a handler sees of its run. `signal` is an own, enumerable accessor (so `{ ...ctx }` and
+ * `toEqual` see it as on a plain object), and the AbortController behind it is only made when it
+ * is read (making one costs ~5 µs). Every context shares one accessor descriptor: a getter
+ * closure per context cost ~1.5 µs per delivery (the object's shape could not be shared).
+ */
 class RunContext implements OutboxHandlerContext {
   readonly attempt: number;
   readonly workerId: string;
   readonly deliveryId: string;
   readonly handler: string;
   declare readonly signal: AbortSignal;
+  readonly #slot: Slot;
 
   constructor(slot: Slot, workerId: string) {
     this.attempt = slot.delivery.attempt;
     this.workerId = workerId;
     this.deliveryId = slot.delivery.id;
     this.handler = slot.handler.name;
-    // An own, enumerable accessor: `{ ...ctx }` and `toEqual` see `signal` as they saw the plain
-    // object this used to be, while the AbortController is still only made when it is read.
-    Object.defineProperty(this, 'signal', {
-      enumerable: true,
-      get: () => {
-        slot.controller ??= new AbortController();
-        if (slot.interruptedBy !== undefined && !slot.controller.signal.aborted)
-          slot.controller.abort(slot.interruptedBy);
-        return slot.controller.signal;
-      },
-    });
+    this.#slot = slot;
+    Object.defineProperty(this, 'signal', SIGNAL_PROPERTY);
+  }
+
+  static signalOf(context: RunContext): AbortSignal {
+    const slot = context.#slot;
+    slot.controller ??= new AbortController();
+    if (slot.interruptedBy !== undefined && !slot.controller.signal.aborted)
+      slot.controller.abort(slot.interruptedBy);
+    return slot.controller.signal;
   }
 }
+
+const SIGNAL_PROPERTY: PropertyDescriptor = {
+  enumerable: true,
+  get(this: RunContext): AbortSignal {
+    return RunContext.signalOf(this);
+  },
+};
 
 /** How a handler run went, for the event stream (absent: the delivery never ran here). */
 interface RunTiming {

@@ -78,7 +78,7 @@ export class StoreContext {
       type: String(r.type),
       payload: JSON.parse(String(r.payload)),
       key: r.event_key === null || r.event_key === undefined ? null : String(r.event_key),
-      headers: JSON.parse(String(r.headers)) as Record<string, string>,
+      headers: r.headers === '{}' ? {} : (JSON.parse(String(r.headers)) as Record<string, string>),
       occurredAt: this.dialect.readTime(r.occurred_at),
       availableAt: this.dialect.readTime(r.available_at),
     };
