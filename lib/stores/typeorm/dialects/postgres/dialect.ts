@@ -158,12 +158,43 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
 
   /**
    * One statement for the whole batch, whatever its size: arrays instead of a VALUES list, so the
-   * text is fixed; existing ids are skipped by `ON CONFLICT`, so a duplicate never aborts the
-   * caller's transaction and no savepoint is needed.
+   * text is fixed (a single event, the usual append, has a statement of its own); existing ids
+   * are skipped by `ON CONFLICT`, so a duplicate never aborts the caller's transaction and no
+   * savepoint is needed.
    */
   *appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>> {
+    const { rows: inserted } = yield rows.length === 1
+      ? this.appendOne(rows[0])
+      : this.appendMany(rows);
+    return new Map(
+      inserted.map((r) => [
+        String(r.id).toLowerCase(),
+        { seq: Number(r.seq), availableAt: this.readTime(r.available_at) },
+      ]),
+    );
+  }
+
+  /**
+   * The usual append, one event: scalar parameters (no arrays for the server to parse and
+   * unnest, no ordering), its deliveries from two short arrays.
+   */
+  private appendOne(r: AppendRow): SqlText {
+    return prepared(sql`WITH ev AS (
+  INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at)
+  VALUES (${r.id}::uuid, ${r.type}::text, ${r.key}::text, ${r.payload}::json, ${r.headers}::json, ${r.occurredAt.toISOString()}::timestamptz, COALESCE(${r.availableAt?.toISOString() ?? null}::timestamptz, ${this.now}))
+  ON CONFLICT (id) DO NOTHING
+  RETURNING seq, id, type, event_key, available_at
+), dl AS (
+  INSERT INTO ${this.tables.deliveries} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors)
+  SELECT h.id, ev.seq, ev.type, ev.event_key, h.handler, 'pending', 0, ev.available_at, '[]'
+  FROM ev CROSS JOIN unnest(${r.deliveries.map((d) => d.id)}::uuid[], ${r.deliveries.map((d) => d.handler)}::text[]) AS h(id, handler)
+)
+SELECT id, seq, ${this.timeOut(raw('available_at'))} AS available_at FROM ev`);
+  }
+
+  private appendMany(rows: AppendRow[]): SqlText {
     const deliveries = rows.flatMap((r) => r.deliveries.map((d) => ({ ...d, eventId: r.id })));
-    const { rows: inserted } = yield prepared(sql`WITH input AS (
+    return prepared(sql`WITH input AS (
   SELECT * FROM unnest(${rows.map((r) => r.id)}::uuid[], ${rows.map((r) => r.type)}::text[], ${rows.map((r) => r.key)}::text[], ${rows.map((r) => r.payload)}::text[], ${rows.map((r) => r.headers)}::text[], ${rows.map((r) => r.occurredAt.toISOString())}::timestamptz[], ${rows.map((r) => r.availableAt?.toISOString() ?? null)}::timestamptz[])
     WITH ORDINALITY AS i(id, type, event_key, payload, headers, occurred_at, available_at, n)
 ), ev AS (
@@ -176,13 +207,7 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   SELECT h.id, ev.seq, ev.type, ev.event_key, h.handler, 'pending', 0, ev.available_at, '[]'
   FROM ev JOIN unnest(${deliveries.map((d) => d.eventId)}::uuid[], ${deliveries.map((d) => d.id)}::uuid[], ${deliveries.map((d) => d.handler)}::text[]) AS h(event_id, id, handler) ON h.event_id = ev.id
 )
-SELECT id, seq, available_at FROM ev`);
-    return new Map(
-      inserted.map((r) => [
-        String(r.id).toLowerCase(),
-        { seq: Number(r.seq), availableAt: this.readTime(r.available_at) },
-      ]),
-    );
+SELECT id, seq, ${this.timeOut(raw('available_at'))} AS available_at FROM ev`);
   }
 
   readonly moveRunOptions: RunOptions = {};
