@@ -30,7 +30,7 @@ describeWithService(SERVICE_OF.postgres, 'typeorm replay by filter', () => {
     await ds?.destroy();
   });
 
-  it('takes only what was dead when it began, while a worker dead-letters its first batch again', async () => {
+  it('replays each dead letter once, while a worker dead-letters its first batch again', async () => {
     for (let i = 0; i < COUNT; i += 550) {
       await store.append(
         Array.from({ length: 550 }, (_, j) => ({

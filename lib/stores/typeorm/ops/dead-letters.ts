@@ -131,35 +131,24 @@ export class DeadLetterOps {
    * order puts it before later events of its key).
    */
   async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    const where = this.selectorWhere(selector);
+    if (!where) return 0;
     const { ctx } = this;
     const d = ctx.dialect;
-    let chosen = selector;
-    if (!('ids' in selector)) {
-      // Only what was dead when the replay began: a delivery this replay moved back that fails
-      // again at once is a newer dead letter of the same filter, which a later batch would
-      // replay (and count) again — for as long as its handler fails. Its time of death is at or
-      // after the start (the database clock, in whole milliseconds), so it is left out.
-      const { rows } = await ctx.one(sql`SELECT ${d.timeOut(d.now)} AS now`);
-      const startedAt = d.readTime(rows[0]?.now);
-      const before = selector.filter?.failedBefore;
-      chosen = {
-        filter: {
-          ...selector.filter,
-          failedBefore: before && before < startedAt ? before : startedAt,
-        },
-      };
-    }
-    const where = this.selectorWhere(chosen);
-    if (!where) return 0;
     const at = availableAt ? d.time(availableAt) : d.now;
     let total = 0;
+    // Batches go up the ids: a delivery this replay moved back that fails again at once is a
+    // newer dead letter of the same filter, under the same id, which a later batch would
+    // otherwise replay (and count) again — for as long as its handler fails.
+    let after: string | null = null;
     for (;;) {
-      const moved = await d.run(
-        () =>
+      const from: string | null = after;
+      const moved: Row[] = await d.run(
+        (): Plan<Row[]> =>
           d.moveRows({
             from: ctx.DL,
             to: ctx.D,
-            where,
+            where: from === null ? where : sql`${where} AND id > ${d.uuid(from)}`,
             limit: ID_BATCH,
             columns: REPLAY_COLUMNS,
             values: sql`id, event_seq, event_type, event_key, handler, 'pending', 0, ${at}, errors`,
@@ -168,6 +157,10 @@ export class DeadLetterOps {
       );
       total += moved.length;
       if (moved.length < ID_BATCH) return total;
+      for (const r of moved) {
+        const id = String(r.id);
+        if (after === null || id > after) after = id;
+      }
     }
   }
 
