@@ -23,8 +23,12 @@
  * The memory store is the worst case for the ratio (no I/O to hide the per-delivery work).
  * Every -on run checks that the registry counted N deliveries and the exporter saw N handler
  * spans.
+ *
+ * A handler that does some I/O, as real ones do: suffix `-timer` (it awaits a 1 ms timer) or
+ * `-query` (one `SELECT` through the bench's own TypeORM DataSource, pg and sqlite only), e.g.
+ * `pg-on-query`; without a suffix the handler does nothing.
  */
-import { DynamicModule, Module } from '@nestjs/common';
+import { DynamicModule, Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { context, propagation, trace } from '@opentelemetry/api';
@@ -53,10 +57,22 @@ import {
   runMain,
   waitFor,
 } from './common';
-import { lib } from './lib';
-import { BenchHandler, EVENT_TYPE, HANDLER_NAME, sink } from './ours';
+import { lib, OutboxEvent } from './lib';
+import { EVENT_TYPE, HANDLER_NAME, sink } from './ours';
 
-const { OutboxDispatcher, OutboxModule, OutboxService } = lib;
+const { OutboxDispatcher, OutboxHandler, OutboxModule, OutboxService } = lib;
+
+/** What the handler awaits before it counts the event (the variant's suffix). */
+const work: { run: () => Promise<unknown> } = { run: () => Promise.resolve() };
+
+@Injectable()
+class O11yHandler {
+  @OutboxHandler(EVENT_TYPE, { name: HANDLER_NAME })
+  async handle(event: OutboxEvent): Promise<void> {
+    await work.run();
+    sink.onEvent(event);
+  }
+}
 const N = envInt('BENCH_O11Y_N', 20_000);
 const TIMEOUT_MS = envInt('BENCH_O11Y_TIMEOUT_MS', 300_000);
 /** Not the dispatch scenario's prefix, so neither cleanup touches the other's tables. */
@@ -91,7 +107,7 @@ class O11yBenchModule {
           ...extra,
         }),
       ],
-      providers: [BenchHandler],
+      providers: [O11yHandler],
     };
   }
 }
@@ -107,9 +123,9 @@ function onOptions(registry: Registry): Record<string, unknown> {
 
 async function main(): Promise<void> {
   const { variant, round } = args();
-  const match = /^(pg|sqlite|memory|redis)-(on|sdk|off)$/.exec(variant);
+  const match = /^(pg|sqlite|memory|redis)-(on|sdk|off)(?:-(timer|query))?$/.exec(variant);
   if (!match) throw new Error(`unknown variant ${variant}`);
-  const [, store, mode] = match;
+  const [, store, mode, handlerWork] = match;
   const on = mode === 'on';
 
   let ds: DataSource | null = null;
@@ -120,6 +136,13 @@ async function main(): Promise<void> {
   }
   if (ds) await dropOutboxTables(ds, PREFIX);
   if (store === 'redis') await deleteRedisKeys(`{${REDIS_PREFIX}}*`);
+  if (handlerWork === 'timer') work.run = () => new Promise((resolve) => setTimeout(resolve, 1));
+  if (handlerWork === 'query') {
+    if (!ds) throw new Error(`${variant}: -query needs a SQL store`);
+    const query = ds;
+    let n = 0;
+    work.run = () => query.query(store === 'pg' ? 'SELECT $1::int AS n' : 'SELECT ? AS n', [n++]);
+  }
   const storeOptions = ds
     ? { type: 'typeorm', dataSource: ds, tablePrefix: PREFIX, ensureSchema: true }
     : store === 'redis'
@@ -214,6 +237,7 @@ async function main(): Promise<void> {
         ...(SAMPLE !== 1 && mode !== 'off' ? { sampled: SAMPLE } : {}),
         metrics: on,
         tracing: on,
+        handler: handlerWork ?? 'no-op',
         ...checks,
       },
     });
