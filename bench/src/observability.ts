@@ -24,11 +24,13 @@
  * Every -on run checks that the registry counted N deliveries and the exporter saw N handler
  * spans.
  *
- * A handler that does some I/O, as real ones do: suffix `-timer` (it awaits a 1 ms timer) or
+ * A handler that does some I/O, as real ones do: suffix `-timer` (it awaits a timer of
+ * BENCH_O11Y_TIMER_MS, default 1 ms, standing for a call to another service) or
  * `-query` (one `SELECT` through the bench's own TypeORM DataSource, pg and sqlite only), e.g.
  * `pg-on-query`; without a suffix the handler does nothing.
  */
 import { DynamicModule, Injectable, Module } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
 import { NestFactory } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { context, propagation, trace } from '@opentelemetry/api';
@@ -136,7 +138,10 @@ async function main(): Promise<void> {
   }
   if (ds) await dropOutboxTables(ds, PREFIX);
   if (store === 'redis') await deleteRedisKeys(`{${REDIS_PREFIX}}*`);
-  if (handlerWork === 'timer') work.run = () => new Promise((resolve) => setTimeout(resolve, 1));
+  if (handlerWork === 'timer') {
+    const ms = envInt('BENCH_O11Y_TIMER_MS', 1);
+    work.run = () => new Promise((resolve) => setTimeout(resolve, ms));
+  }
   if (handlerWork === 'query') {
     if (!ds) throw new Error(`${variant}: -query needs a SQL store`);
     const query = ds;
@@ -181,9 +186,18 @@ async function main(): Promise<void> {
       if (++handled === N) t1 = now();
     };
     for (let i = 0; i < N; i += 500) {
+      // BENCH_O11Y_HEADERS=1 without the outbox's tracing: the events still carry a
+      // traceparent, as the outbox's tracing would write (for finding what the header costs).
+      const headers =
+        process.env.BENCH_O11Y_HEADERS === '1' && !(on && onOptions(registry).tracing)
+          ? {
+              traceparent: `00-${randomBytes(16).toString('hex')}-${randomBytes(8).toString('hex')}-${Math.random() < SAMPLE ? '01' : '00'}`,
+            }
+          : undefined;
       const chunk = Array.from({ length: Math.min(500, N - i) }, (_, j) => ({
         type: EVENT_TYPE,
         payload: { orderId: i + j, lines: [{ sku: 'A-1', qty: 1 }] },
+        ...(headers ? { headers } : {}),
       }));
       await outbox.append(chunk);
     }
@@ -237,7 +251,10 @@ async function main(): Promise<void> {
         ...(SAMPLE !== 1 && mode !== 'off' ? { sampled: SAMPLE } : {}),
         metrics: on,
         tracing: on,
-        handler: handlerWork ?? 'no-op',
+        handler:
+          handlerWork === 'timer'
+            ? `timer ${envInt('BENCH_O11Y_TIMER_MS', 1)} ms`
+            : (handlerWork ?? 'no-op'),
         ...checks,
       },
     });
