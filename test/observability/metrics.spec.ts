@@ -157,7 +157,7 @@ describe('Prometheus metrics', () => {
     expect(text).not.toContain('card-4242');
   });
 
-  it("scrapes show exactly what prom-client's own calls for each event would, across scrapes and after the app closed", async () => {
+  it("scrapes show exactly what prom-client's own calls for each event would, across scrapes, a reset and after the app closed", async () => {
     let offsetMs = 0;
     const store = new MemoryOutboxStore({ clock: () => new Date(Date.now() + offsetMs) });
     let flakyRuns = 0;
@@ -269,6 +269,11 @@ describe('Prometheus metrics', () => {
     expect(
       await sample(registry, 'outbox_deliveries_total', { outcome: 'retried' }),
     ).toBeGreaterThan(0);
+    // The registry reset (prom-client's resetMetrics): it counts from zero again.
+    registry.resetMetrics();
+    seen.length = 0;
+    await round();
+    expect(await scrape()).toEqual(await replay());
     // Counted after the last scrape, then the app closed: still in the registry.
     await round();
     const expected = await replay();
