@@ -23,8 +23,14 @@
  * The memory store is the worst case for the ratio (no I/O to hide the per-delivery work).
  * Every -on run checks that the registry counted N deliveries and the exporter saw N handler
  * spans.
+ *
+ * A handler that does some I/O, as real ones do: suffix `-timer` (it awaits a timer of
+ * BENCH_O11Y_TIMER_MS, default 1 ms, standing for a call to another service) or
+ * `-query` (one `SELECT` through the bench's own TypeORM DataSource, pg and sqlite only), e.g.
+ * `pg-on-query`; without a suffix the handler does nothing.
  */
-import { DynamicModule, Module } from '@nestjs/common';
+import { DynamicModule, Injectable, Module } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
 import { NestFactory } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { context, propagation, trace } from '@opentelemetry/api';
@@ -53,10 +59,22 @@ import {
   runMain,
   waitFor,
 } from './common';
-import { lib } from './lib';
-import { BenchHandler, EVENT_TYPE, HANDLER_NAME, sink } from './ours';
+import { lib, OutboxEvent } from './lib';
+import { EVENT_TYPE, HANDLER_NAME, sink } from './ours';
 
-const { OutboxDispatcher, OutboxModule, OutboxService } = lib;
+const { OutboxDispatcher, OutboxHandler, OutboxModule, OutboxService } = lib;
+
+/** What the handler awaits before it counts the event (the variant's suffix). */
+const work: { run: () => Promise<unknown> } = { run: () => Promise.resolve() };
+
+@Injectable()
+class O11yHandler {
+  @OutboxHandler(EVENT_TYPE, { name: HANDLER_NAME })
+  async handle(event: OutboxEvent): Promise<void> {
+    await work.run();
+    sink.onEvent(event);
+  }
+}
 const N = envInt('BENCH_O11Y_N', 20_000);
 const TIMEOUT_MS = envInt('BENCH_O11Y_TIMEOUT_MS', 300_000);
 /** Not the dispatch scenario's prefix, so neither cleanup touches the other's tables. */
@@ -91,7 +109,7 @@ class O11yBenchModule {
           ...extra,
         }),
       ],
-      providers: [BenchHandler],
+      providers: [O11yHandler],
     };
   }
 }
@@ -107,9 +125,9 @@ function onOptions(registry: Registry): Record<string, unknown> {
 
 async function main(): Promise<void> {
   const { variant, round } = args();
-  const match = /^(pg|sqlite|memory|redis)-(on|sdk|off)$/.exec(variant);
+  const match = /^(pg|sqlite|memory|redis)-(on|sdk|off)(?:-(timer|query))?$/.exec(variant);
   if (!match) throw new Error(`unknown variant ${variant}`);
-  const [, store, mode] = match;
+  const [, store, mode, handlerWork] = match;
   const on = mode === 'on';
 
   let ds: DataSource | null = null;
@@ -120,6 +138,16 @@ async function main(): Promise<void> {
   }
   if (ds) await dropOutboxTables(ds, PREFIX);
   if (store === 'redis') await deleteRedisKeys(`{${REDIS_PREFIX}}*`);
+  if (handlerWork === 'timer') {
+    const ms = envInt('BENCH_O11Y_TIMER_MS', 1);
+    work.run = () => new Promise((resolve) => setTimeout(resolve, ms));
+  }
+  if (handlerWork === 'query') {
+    if (!ds) throw new Error(`${variant}: -query needs a SQL store`);
+    const query = ds;
+    let n = 0;
+    work.run = () => query.query(store === 'pg' ? 'SELECT $1::int AS n' : 'SELECT ? AS n', [n++]);
+  }
   const storeOptions = ds
     ? { type: 'typeorm', dataSource: ds, tablePrefix: PREFIX, ensureSchema: true }
     : store === 'redis'
@@ -158,9 +186,18 @@ async function main(): Promise<void> {
       if (++handled === N) t1 = now();
     };
     for (let i = 0; i < N; i += 500) {
+      // BENCH_O11Y_HEADERS=1 without the outbox's tracing: the events still carry a
+      // traceparent, as the outbox's tracing would write (for finding what the header costs).
+      const headers =
+        process.env.BENCH_O11Y_HEADERS === '1' && !(on && onOptions(registry).tracing)
+          ? {
+              traceparent: `00-${randomBytes(16).toString('hex')}-${randomBytes(8).toString('hex')}-${Math.random() < SAMPLE ? '01' : '00'}`,
+            }
+          : undefined;
       const chunk = Array.from({ length: Math.min(500, N - i) }, (_, j) => ({
         type: EVENT_TYPE,
         payload: { orderId: i + j, lines: [{ sku: 'A-1', qty: 1 }] },
+        ...(headers ? { headers } : {}),
       }));
       await outbox.append(chunk);
     }
@@ -214,6 +251,10 @@ async function main(): Promise<void> {
         ...(SAMPLE !== 1 && mode !== 'off' ? { sampled: SAMPLE } : {}),
         metrics: on,
         tracing: on,
+        handler:
+          handlerWork === 'timer'
+            ? `timer ${envInt('BENCH_O11Y_TIMER_MS', 1)} ms`
+            : (handlerWork ?? 'no-op'),
         ...checks,
       },
     });

@@ -12,6 +12,14 @@ import { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.inter
 import { OutboxStore } from '../interfaces/outbox-store.interface';
 import { OUTBOX_RESOLVED_OPTIONS, OUTBOX_STORE } from '../outbox.constants';
 import { assertInstalled } from '../optional-peers';
+import {
+  collectTallies,
+  histogramInternalsKnown,
+  HistogramWriter,
+  isLazyMetric,
+  lazyMetric,
+  MetricTally,
+} from './metric-tally';
 import { ResolvedOutboxMetricsOptions } from './observability-options.interface';
 import { OutboxEvents } from './outbox-events';
 
@@ -44,6 +52,8 @@ export class OutboxMetrics
   private readonly config: ResolvedOutboxMetricsOptions | null;
   private metrics: Metrics | null = null;
   private readonly unsubscribe: (() => void)[] = [];
+  /** Delivery counts waiting for the next scrape (see `MetricTally`). */
+  private tally: MetricTally | null = null;
   private timer: NodeJS.Timeout | null = null;
   private refreshing: Promise<void> | null = null;
 
@@ -65,7 +75,7 @@ export class OutboxMetrics
     assertInstalled('Outbox metrics (the metrics option)', ['prom-client']);
     const prom = require('prom-client') as typeof PromClient;
     this.metrics = createMetrics(prom, this.config);
-    this.subscribe(this.metrics);
+    this.subscribe(this.metrics, histogramInternalsKnown(prom));
   }
 
   onApplicationBootstrap(): void {
@@ -84,6 +94,9 @@ export class OutboxMetrics
   /** After the dispatcher's shutdown, so the outcomes it writes while draining are counted. */
   onApplicationShutdown(): void {
     for (const off of this.unsubscribe.splice(0)) off();
+    // What was counted stays in the metrics after this app closes, as written at once would.
+    this.tally?.close();
+    this.tally = null;
   }
 
   /**
@@ -112,22 +125,28 @@ export class OutboxMetrics
     return this.refreshing;
   }
 
-  private subscribe(m: Metrics): void {
+  private subscribe(m: Metrics, writeHistograms: boolean): void {
     const { events } = this;
-    // Labelled children are looked up once per label set (bounded: names from code), not
-    // hashed from an object on every delivery.
-    // outcome → handler → type → child: no key string built per delivery.
-    const children = new Map<string, Map<string, Map<string, { inc(): void }>>>();
-    const deliveries = (type: string, handler: string, outcome: string) => {
-      let byHandler = children.get(outcome);
-      if (!byHandler) children.set(outcome, (byHandler = new Map()));
-      let byType = byHandler.get(handler);
-      if (!byType) byHandler.set(handler, (byType = new Map()));
-      let child = byType.get(type);
-      if (!child) byType.set(type, (child = m.deliveries.labels({ type, handler, outcome })));
-      return child;
+    // The delivery path's metrics skip prom-client's per-call label work (see MetricTally and
+    // HistogramWriter); otherwise they go through labelled children looked up once per label
+    // set (bounded: names from code).
+    const lazy = <M extends object>(metric: M) => (isLazyMetric(metric) ? metric : undefined);
+    const tally = new MetricTally({ deliveries: lazy(m.deliveries), appended: lazy(m.appended) });
+    this.tally = tally;
+    const deliveries = isLazyMetric(m.deliveries)
+      ? (type: string, handler: string, outcome: string) =>
+          tally.countDelivery(type, handler, outcome)
+      : eagerDeliveries(m.deliveries);
+    const appended = isLazyMetric(m.appended)
+      ? (type: string) => tally.countAppended(type)
+      : (type: string) => m.appended.inc({ type });
+    const histogram = (metric: PromClient.Histogram<'handler'>) => {
+      if (!writeHistograms) return eagerHistogram(metric);
+      const writer = new HistogramWriter(metric);
+      return (handler: string, seconds: number) => writer.observe(handler, seconds);
     };
-    const histograms = new Map<string, { duration: Observer; lag: Observer }>();
+    const duration = histogram(m.handlerDuration);
+    const lag = histogram(m.deliveryLag);
     const run = (e: {
       handler: string;
       attempt: number;
@@ -136,37 +155,29 @@ export class OutboxMetrics
       availableAt?: Date;
     }) => {
       if (e.durationMs === undefined || e.startedAt === undefined) return;
-      let h = histograms.get(e.handler);
-      if (!h) {
-        h = {
-          duration: m.handlerDuration.labels({ handler: e.handler }),
-          lag: m.deliveryLag.labels({ handler: e.handler }),
-        };
-        histograms.set(e.handler, h);
-      }
-      h.duration.observe(e.durationMs / 1000);
+      duration(e.handler, e.durationMs / 1000);
       // Lag is commit (or scheduled time) to the first attempt's start; later attempts wait
       // for their backoff by design.
       if (e.attempt === 1 && e.availableAt) {
-        h.lag.observe(Math.max(0, e.startedAt - e.availableAt.getTime()) / 1000);
+        lag(e.handler, Math.max(0, e.startedAt - e.availableAt.getTime()) / 1000);
       }
     };
     this.unsubscribe.push(
-      events.on('appended', (e) => m.appended.inc({ type: e.type })),
+      events.on('appended', (e) => appended(e.type)),
       events.on('delivered', (e) => {
-        deliveries(e.type, e.handler, 'delivered').inc();
+        deliveries(e.type, e.handler, 'delivered');
         run(e);
       }),
       events.on('retry-scheduled', (e) => {
-        deliveries(e.type, e.handler, 'retried').inc();
+        deliveries(e.type, e.handler, 'retried');
         run(e);
       }),
       events.on('dead-lettered', (e) => {
-        deliveries(e.type, e.handler, 'dead_lettered').inc();
+        deliveries(e.type, e.handler, 'dead_lettered');
         run(e);
       }),
       events.on('lease-lost', (e) => {
-        deliveries(e.type, e.handler, 'lease_lost').inc();
+        deliveries(e.type, e.handler, 'lease_lost');
         m.leaseLost.inc();
       }),
       events.on(['inbox-processed', 'inbox-duplicate', 'inbox-failed'], (e) =>
@@ -175,6 +186,35 @@ export class OutboxMetrics
       events.on('store-error', (e) => m.storeErrors.inc({ operation: e.operation })),
     );
   }
+}
+
+/** Counts deliveries into a counter at once, through children looked up once per label set. */
+function eagerDeliveries(
+  counter: PromClient.Counter<'type' | 'handler' | 'outcome'>,
+): (type: string, handler: string, outcome: string) => void {
+  // outcome → handler → type → child: no key string built per delivery.
+  const children = new Map<string, Map<string, Map<string, { inc(): void }>>>();
+  return (type, handler, outcome) => {
+    let byHandler = children.get(outcome);
+    if (!byHandler) children.set(outcome, (byHandler = new Map()));
+    let byType = byHandler.get(handler);
+    if (!byType) byHandler.set(handler, (byType = new Map()));
+    let child = byType.get(type);
+    if (!child) byType.set(type, (child = counter.labels({ type, handler, outcome })));
+    child.inc();
+  };
+}
+
+/** Observes into a histogram at once, through a child per handler. */
+function eagerHistogram(
+  histogram: PromClient.Histogram<'handler'>,
+): (handler: string, seconds: number) => void {
+  const children = new Map<string, Observer>();
+  return (handler, seconds) => {
+    let child = children.get(handler);
+    if (!child) children.set(handler, (child = histogram.labels({ handler })));
+    child.observe(seconds);
+  };
 }
 
 /**
@@ -189,6 +229,13 @@ function createMetrics(prom: typeof PromClient, config: ResolvedOutboxMetricsOpt
   }
   const counter = <L extends string>(name: string, help: string, labelNames: L[]) =>
     metric(name, () => new prom.Counter<L>({ name, help, labelNames, registers }));
+  // Counted on the delivery path: tallied, handed to prom-client when collected.
+  const lazyCounter = <L extends string>(name: string, help: string, labelNames: L[]) =>
+    metric(name, () =>
+      lazyMetric(
+        new prom.Counter<L>({ name, help, labelNames, registers, collect: collectTallies }),
+      ),
+    );
   const gauge = (name: string, help: string) =>
     metric(name, () => new prom.Gauge({ name, help, registers }));
   const histogram = (name: string, help: string, buckets: number[]) =>
@@ -198,8 +245,8 @@ function createMetrics(prom: typeof PromClient, config: ResolvedOutboxMetricsOpt
         new prom.Histogram<'handler'>({ name, help, labelNames: ['handler'], buckets, registers }),
     );
   return {
-    appended: counter('outbox_events_appended_total', 'Events appended, by type', ['type']),
-    deliveries: counter(
+    appended: lazyCounter('outbox_events_appended_total', 'Events appended, by type', ['type']),
+    deliveries: lazyCounter(
       'outbox_deliveries_total',
       'Handler attempts by outcome: delivered, retried, dead_lettered, lease_lost',
       ['type', 'handler', 'outcome'],

@@ -13,8 +13,26 @@ const TRACEPARENT = 'traceparent';
 const TRACESTATE = 'tracestate';
 const TRACEPARENT_FORMAT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
-/** Most span names kept (one per event type; types come from code, so this is a safety bound). */
-const MAX_CACHED_NAMES = 1000;
+/**
+ * Most span names and start attributes kept (one per event type, and per type and handler;
+ * types and handlers come from code, so this is a safety bound).
+ */
+const MAX_CACHED = 1000;
+
+/** The context a consumer span continues, as read from an event's headers. */
+interface Parent {
+  readonly context: Otel.Context;
+  /** The span context in `context` (undefined: a new trace). */
+  readonly spanContext: Otel.SpanContext | undefined;
+  /** `context` with that span context as a local, non-recording span: made on first use. */
+  unrecorded?: Otel.Context;
+}
+
+/** Per event type: the consumer span's name, and its start attributes by handler. */
+interface TypeNames {
+  readonly name: string;
+  readonly attributes: Map<string, Otel.Attributes>;
+}
 
 /**
  * OpenTelemetry through `@opentelemetry/api` (README "Monitoring"): producer spans around
@@ -26,14 +44,16 @@ const MAX_CACHED_NAMES = 1000;
  */
 export class OutboxTracing {
   private readonly tracer: Otel.Tracer;
-  /** Consumer span names by event type (bounded: types come from code). */
-  private readonly spanNames = new Map<string, string>();
-  /** The parent context last read from W3C-only headers, and the header values it came from. */
-  private lastParent: { traceparent: string; tracestate: unknown; context: Otel.Context } | null =
-    null;
+  /** Consumer span names and start attributes by event type (bounded: types come from code). */
+  private readonly types = new Map<string, TypeNames>();
+  /** The parent last read from W3C-only headers, and the header values it came from. */
+  private lastParent: { traceparent: string; tracestate: unknown; parent: Parent } | null = null;
+  /** Events without trace headers start a new trace. */
+  private readonly root: Parent;
 
   private constructor(private readonly api: OtelApi) {
     this.tracer = api.trace.getTracer(SYSTEM);
+    this.root = { context: api.ROOT_CONTEXT, spanContext: undefined };
   }
 
   /** Loads `@opentelemetry/api`, or fails naming the package and its install command. */
@@ -82,11 +102,16 @@ export class OutboxTracing {
 
   /**
    * Runs one handler attempt, `invoke(event, context)`, in a CONSUMER span, child of the context
-   * stored in the event's headers (or a new trace when it has none), and puts the span in
-   * `holder.span`. The caller ends it with `endProcess` once the returned promise settles (its
-   * own reaction to the handler, so tracing adds no promise of its own per attempt). Per attempt
-   * this allocates the span, its attributes and the active context; the parent context is read
-   * once per distinct `traceparent` (the events of one append share it), span names once per type.
+   * stored in the event's headers (or a new trace when it has none). A recording span is put in
+   * `holder.span`; the caller ends it with `endProcess` once the returned promise settles (its
+   * own reaction to the handler, so tracing adds no promise of its own per attempt).
+   *
+   * The span starts with the attributes samplers may decide on (the same object for every
+   * attempt of a type and handler); the per-attempt ones are added only when the SDK records it.
+   * A span the SDK does not record (sampled out) needs no end; when it only repeats its parent's
+   * trace id, flags and state, the handler runs in a context made once per parent that holds the
+   * parent's span context as a local, non-recording span: the handler's outgoing calls
+   * propagate the same trace and sampled flag, without a context built per attempt.
    */
   process<T>(
     event: OutboxEvent,
@@ -95,31 +120,44 @@ export class OutboxTracing {
     holder: { span: unknown },
   ): Promise<T> {
     const { api } = this;
-    const attributes: Otel.Attributes = {
-      'messaging.system': SYSTEM,
-      'messaging.operation.type': 'process',
-      'messaging.destination.name': event.type,
-      'messaging.message.id': event.id,
-      'messaging.consumer.group.name': context.handler,
-      'messaging.outbox.delivery_id': context.deliveryId,
-      'messaging.outbox.attempt': context.attempt,
-      'messaging.outbox.worker_id': context.workerId,
-    };
-    if (event.key !== null) attributes['messaging.outbox.key'] = event.key;
-    let name = this.spanNames.get(event.type);
-    if (name === undefined) {
-      name = `process ${event.type}`;
-      if (this.spanNames.size < MAX_CACHED_NAMES) this.spanNames.set(event.type, name);
-    }
     const parent = this.parentOf(event.headers);
-    const span = this.tracer.startSpan(name, { kind: api.SpanKind.CONSUMER, attributes }, parent);
-    holder.span = span;
+    const names = this.namesOf(event.type);
+    let attributes = names.attributes.get(context.handler);
+    if (attributes === undefined) {
+      attributes = {
+        'messaging.system': SYSTEM,
+        'messaging.operation.type': 'process',
+        'messaging.destination.name': event.type,
+        'messaging.consumer.group.name': context.handler,
+      };
+      if (names.attributes.size < MAX_CACHED) names.attributes.set(context.handler, attributes);
+    }
+    const span = this.tracer.startSpan(
+      names.name,
+      { kind: api.SpanKind.CONSUMER, attributes },
+      parent.context,
+    );
+    let active: Otel.Context;
+    if (span.isRecording()) {
+      span.setAttribute('messaging.message.id', event.id);
+      span.setAttribute('messaging.outbox.delivery_id', context.deliveryId);
+      span.setAttribute('messaging.outbox.attempt', context.attempt);
+      span.setAttribute('messaging.outbox.worker_id', context.workerId);
+      if (event.key !== null) span.setAttribute('messaging.outbox.key', event.key);
+      holder.span = span;
+      active = api.trace.setSpan(parent.context, span);
+    } else {
+      active =
+        this.unrecorded(parent, span.spanContext()) ?? api.trace.setSpan(parent.context, span);
+    }
     try {
-      return api.context.with(api.trace.setSpan(parent, span), invoke, undefined, event, context);
+      return api.context.with(active, invoke, undefined, event, context);
     } catch (error) {
-      holder.span = null;
-      this.fail(span, error);
-      span.end();
+      if (holder.span) {
+        holder.span = null;
+        this.fail(span, error);
+        span.end();
+      }
       throw error;
     }
   }
@@ -131,37 +169,80 @@ export class OutboxTracing {
     (span as Otel.Span).end();
   }
 
+  /** The consumer span's name and start attributes of an event type. */
+  private namesOf(type: string): TypeNames {
+    let names = this.types.get(type);
+    if (names === undefined) {
+      names = { name: `process ${type}`, attributes: new Map() };
+      if (this.types.size < MAX_CACHED) this.types.set(type, names);
+    }
+    return names;
+  }
+
+  /**
+   * The context a span the SDK did not record can run its handler in without a context of its
+   * own: `parent`'s, when the span repeats its trace id, flags and state (so what the handler
+   * propagates is the same but for the span id, its parent's instead of one nobody recorded).
+   * Null when the sampler set other flags or state, or there is no parent span.
+   */
+  private unrecorded(parent: Parent, span: Otel.SpanContext): Otel.Context | null {
+    const from = parent.spanContext;
+    if (
+      from === undefined ||
+      span.traceId !== from.traceId ||
+      span.traceFlags !== from.traceFlags ||
+      span.traceState !== from.traceState
+    ) {
+      return null;
+    }
+    const { api } = this;
+    parent.unrecorded ??= api.trace.setSpan(
+      parent.context,
+      api.trace.wrapSpanContext({
+        traceId: from.traceId,
+        spanId: from.spanId,
+        traceFlags: from.traceFlags,
+        ...(from.traceState ? { traceState: from.traceState } : {}),
+      }),
+    );
+    return parent.unrecorded;
+  }
+
   /**
    * The context stored in an event's headers. Headers with nothing but the W3C fields (what
    * `send` writes) are extracted once per distinct value: a context is immutable, so the events
    * of one append share theirs. No headers: a new trace, nothing to extract.
    */
-  private parentOf(headers: OutboxHeaders): Otel.Context {
-    const { api } = this;
+  private parentOf(headers: OutboxHeaders): Parent {
     let traceparent: unknown;
     let tracestate: unknown;
     let others = false;
-    if (!headers) return api.ROOT_CONTEXT;
+    if (!headers) return this.root;
     for (const name in headers) {
       if (name === TRACEPARENT) traceparent = headers[name];
       else if (name === TRACESTATE) tracestate = headers[name];
       else others = true;
     }
-    if (!others && traceparent === undefined && tracestate === undefined) return api.ROOT_CONTEXT;
+    if (!others && traceparent === undefined && tracestate === undefined) return this.root;
     if (
       others ||
       typeof traceparent !== 'string' ||
       (tracestate !== undefined && typeof tracestate !== 'string')
     ) {
-      return this.extract(headers, api.ROOT_CONTEXT);
+      return this.parent(headers);
     }
     const cached = this.lastParent;
     if (cached && cached.traceparent === traceparent && cached.tracestate === tracestate) {
-      return cached.context;
+      return cached.parent;
     }
-    const context = this.extract(headers, api.ROOT_CONTEXT);
-    this.lastParent = { traceparent, tracestate, context };
-    return context;
+    const parent = this.parent(headers);
+    this.lastParent = { traceparent, tracestate, parent };
+    return parent;
+  }
+
+  private parent(headers: OutboxHeaders): Parent {
+    const context = this.extract(headers, this.api.ROOT_CONTEXT);
+    return { context, spanContext: this.api.trace.getSpanContext(context) };
   }
 
   /**

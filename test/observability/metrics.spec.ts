@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { Registry } from 'prom-client';
+import { Counter, Histogram, Registry } from 'prom-client';
 import { DataSource } from 'typeorm';
 import {
   Inbox,
@@ -155,6 +155,154 @@ describe('Prometheus metrics', () => {
       if ('deliveryId' in e) expect(text).not.toContain(e.deliveryId);
     }
     expect(text).not.toContain('card-4242');
+  });
+
+  it("scrapes show exactly what prom-client's own calls for each event would, across scrapes, a reset and after the app closed", async () => {
+    let offsetMs = 0;
+    const store = new MemoryOutboxStore({ clock: () => new Date(Date.now() + offsetMs) });
+    let flakyRuns = 0;
+    @Injectable()
+    class Handlers {
+      @OutboxHandler('order.placed', { name: 'mailer' })
+      mail() {}
+
+      @OutboxHandler('order.placed', { name: 'flaky' })
+      async flaky() {
+        if (++flakyRuns % 3 === 1) throw new Error('smtp down');
+        await new Promise((resolve) => setTimeout(resolve, 3));
+      }
+
+      @OutboxHandler('order.doomed', { name: 'doomed' })
+      doomed() {
+        throw new NonRetryableError('bad address');
+      }
+    }
+    const registry = new Registry();
+    const handlerDurationBuckets = [0.0005, 0.002, 0.01, 1];
+    const deliveryLagBuckets = [0.001, 0.05, 1, 10];
+    t = await createOutboxApp([Handlers], {
+      store,
+      module: {
+        metrics: { registry, gaugeRefreshMs: 0, handlerDurationBuckets, deliveryLagBuckets },
+      },
+    });
+    const seen: OutboxObservation[] = [];
+    t.get(OutboxEvents).on((e) => seen.push(e));
+    const names = [
+      'outbox_events_appended_total',
+      'outbox_deliveries_total',
+      'outbox_handler_duration_seconds',
+      'outbox_delivery_lag_seconds',
+    ];
+    const scrape = async () =>
+      Promise.all(names.map((name) => registry.getSingleMetricAsString(name)));
+
+    /** The same metrics written at once by prom-client, from the event stream. */
+    // Read before anything is counted: reading the registry collects it.
+    const help = Object.fromEntries(
+      (await registry.getMetricsAsJSON()).map((m) => [m.name, m.help]),
+    );
+    const replay = async (): Promise<string[]> => {
+      const reference = new Registry();
+      const registers = [reference];
+      const appended = new Counter({
+        name: names[0],
+        help: help[names[0]],
+        labelNames: ['type'],
+        registers,
+      });
+      const deliveries = new Counter({
+        name: names[1],
+        help: help[names[1]],
+        labelNames: ['type', 'handler', 'outcome'],
+        registers,
+      });
+      const duration = new Histogram({
+        name: names[2],
+        help: help[names[2]],
+        labelNames: ['handler'],
+        buckets: handlerDurationBuckets,
+        registers,
+      });
+      const lag = new Histogram({
+        name: names[3],
+        help: help[names[3]],
+        labelNames: ['handler'],
+        buckets: deliveryLagBuckets,
+        registers,
+      });
+      const outcomes = {
+        delivered: 'delivered',
+        'retry-scheduled': 'retried',
+        'dead-lettered': 'dead_lettered',
+      } as const;
+      for (const e of seen) {
+        if (e.kind === 'appended') appended.inc({ type: e.type });
+        if (e.kind === 'delivered' || e.kind === 'retry-scheduled' || e.kind === 'dead-lettered') {
+          deliveries.inc({ type: e.type, handler: e.handler, outcome: outcomes[e.kind] });
+          duration.observe({ handler: e.handler }, e.durationMs! / 1000);
+          if (e.attempt === 1 && e.availableAt) {
+            lag.observe(
+              { handler: e.handler },
+              Math.max(0, e.startedAt! - e.availableAt.getTime()) / 1000,
+            );
+          }
+        }
+      }
+      return Promise.all(names.map((name) => reference.getSingleMetricAsString(name)));
+    };
+
+    const round = async () => {
+      await t!.outbox.append([
+        ...Array.from({ length: 7 }, () => ({ type: 'order.placed', payload: {} })),
+        { type: 'order.doomed', payload: {} },
+      ]);
+      await t!.dispatcher.drain();
+      offsetMs += 1_000; // retries come due
+      await t!.dispatcher.drain();
+    };
+    await round();
+    expect(await scrape()).toEqual(await replay());
+    await round();
+    await round();
+    expect(await scrape()).toEqual(await replay());
+    expect(
+      await sample(registry, 'outbox_deliveries_total', { outcome: 'retried' }),
+    ).toBeGreaterThan(0);
+    // The registry reset (prom-client's resetMetrics): it counts from zero again.
+    registry.resetMetrics();
+    seen.length = 0;
+    await round();
+    expect(await scrape()).toEqual(await replay());
+    // Counted after the last scrape, then the app closed: still in the registry.
+    await round();
+    const expected = await replay();
+    await t.app.close();
+    t = undefined;
+    expect(await scrape()).toEqual(expected);
+  });
+
+  it('counts into a metric of the same name the app registered first', async () => {
+    const registry = new Registry();
+    const own = new Counter({
+      name: 'outbox_deliveries_total',
+      help: 'registered by the app',
+      labelNames: ['type', 'handler', 'outcome'],
+      registers: [registry],
+    });
+    @Injectable()
+    class Mailer {
+      @OutboxHandler('order.placed', { name: 'mailer' })
+      mail() {}
+    }
+    t = await createOutboxApp([Mailer], { module: { metrics: { registry, gaugeRefreshMs: 0 } } });
+    await t.outbox.append([
+      { type: 'order.placed', payload: {} },
+      { type: 'order.placed', payload: {} },
+    ]);
+    await t.dispatcher.drain();
+    expect(registry.getSingleMetric('outbox_deliveries_total')).toBe(own);
+    expect(await sample(registry, 'outbox_deliveries_total', { outcome: 'delivered' })).toBe(2);
   });
 
   it('gauges come from one store.stats() per refresh, never from a scrape', async () => {

@@ -5,6 +5,7 @@ import { context, propagation, SpanKind, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import {
+  AlwaysOffSampler,
   BasicTracerProvider,
   InMemorySpanExporter,
   ReadableSpan,
@@ -46,6 +47,8 @@ const parentOf = (span: ReadableSpan) => span.parentSpanContext?.spanId;
 
 /** What each handler attempt saw as its active trace. */
 const seen: { attempt: number; traceId: string | undefined }[] = [];
+/** The `traceparent` each handler attempt's outgoing calls would send. */
+const sent: (string | undefined)[] = [];
 let failures: (Error | null)[] = [];
 
 @Injectable()
@@ -53,6 +56,9 @@ class Shipping {
   @OutboxHandler('order.placed', { name: 'shipping' })
   ship(_event: unknown, ctx: { attempt: number }) {
     seen.push({ attempt: ctx.attempt, traceId: trace.getActiveSpan()?.spanContext().traceId });
+    const carrier: Record<string, string> = {};
+    propagation.inject(context.active(), carrier);
+    sent.push(carrier.traceparent);
     const failure = failures.shift();
     if (failure) throw failure;
   }
@@ -76,6 +82,7 @@ describe('OpenTelemetry tracing', () => {
   beforeEach(() => {
     exporter.reset();
     seen.length = 0;
+    sent.length = 0;
     failures = [];
   });
   afterEach(async () => {
@@ -234,6 +241,50 @@ describe('OpenTelemetry tracing', () => {
     expect(span.kind).toBe(SpanKind.CONSUMER);
     expect(traceOf(span)).toBe(traceId);
     expect(parentOf(span)).toBe('00f067aa0ba902b7');
+  });
+
+  it("a trace the appender did not sample gets no handler span, and the handler's calls still carry it, unsampled", async () => {
+    const { outbox, dispatcher } = await start();
+    const unsampled = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00';
+    const sampled = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    await outbox.append([
+      { type: 'order.placed', payload: {}, headers: { traceparent: unsampled } },
+      { type: 'order.placed', payload: {}, headers: { traceparent: unsampled } },
+      { type: 'order.placed', payload: {}, headers: { traceparent: sampled } },
+    ]);
+    await runUntil(dispatcher, 3);
+    const consumers = exporter.getFinishedSpans().filter((s) => s.name === 'process order.placed');
+    expect(consumers.map(traceOf)).toEqual(['4bf92f3577b34da6a3ce929d0e0e4736']);
+    // Trace id and sampled flag of what the handlers' own calls send.
+    expect(sent.map((h) => [h?.split('-')[1], h?.split('-')[3]]).sort()).toEqual([
+      ['0af7651916cd43dd8448eb211c80319c', '00'],
+      ['0af7651916cd43dd8448eb211c80319c', '00'],
+      ['4bf92f3577b34da6a3ce929d0e0e4736', '01'],
+    ]);
+    expect(seen.map((s) => s.traceId).sort()).toEqual([
+      '0af7651916cd43dd8448eb211c80319c',
+      '0af7651916cd43dd8448eb211c80319c',
+      '4bf92f3577b34da6a3ce929d0e0e4736',
+    ]);
+  });
+
+  it("a handler span the app's sampler drops under a sampled parent propagates the sampler's decision", async () => {
+    trace.disable();
+    trace.setGlobalTracerProvider(new BasicTracerProvider({ sampler: new AlwaysOffSampler() }));
+    try {
+      const { outbox, dispatcher } = await start();
+      const parent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+      await outbox.append({ type: 'order.placed', payload: {}, headers: { traceparent: parent } });
+      await runUntil(dispatcher, 1);
+      // The SDK's own non-recording span: same trace, its sampled flag off, a span id of its own.
+      expect(sent).toEqual([
+        expect.stringMatching(/^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-00$/),
+      ]);
+      expect(sent[0]).not.toContain('00f067aa0ba902b7');
+    } finally {
+      trace.disable();
+      trace.setGlobalTracerProvider(provider);
+    }
   });
 
   it('without a global propagator the library writes the W3C headers itself', async () => {
