@@ -188,17 +188,12 @@ local function owned(id, owner, token)
   return f
 end
 
--- Drops a lease from the leased set and the counters; the hash's lease fields are the caller's
--- (a delivery that stays clears them in its own HSET/HDEL, an acknowledged one is deleted).
-local function unleaseCounts(f)
-  incr('l', -1)
-  incr('l:' .. f[6], -1)
-end
-
+-- Drops a lease: from the leased set, the hash's lease fields and the counters.
 local function unlease(id, f)
   redis.call('ZREM', hkey('l', f[5]), id)
   redis.call('HDEL', dkey(id), 'o', 'tk', 'lu')
-  unleaseCounts(f)
+  incr('l', -1)
+  incr('l:' .. f[6], -1)
 end
 
 -- The error history with one more entry, as JSON for the 'er' field.
@@ -342,8 +337,9 @@ for j = 1, nh do hs[j] = ARGV[7 + j] end
 local i = 8 + nh
 local nt = tonumber(ARGV[i])
 i = i + 1
--- types: the types this worker handles; th[type]: its handlers here; htypes[handler]: its types.
-local types, th, htypes = {}, {}, {}
+-- types: the types this worker handles; th[type]: its handlers here; htypes[handler]: its types;
+-- tpos[type]: its position in the arguments (the reply names a known type by it).
+local types, th, htypes, tpos = {}, {}, {}, {}
 for _ = 1, nt do
   local t, c = ARGV[i], tonumber(ARGV[i + 1])
   th[t] = {}
@@ -355,6 +351,7 @@ for _ = 1, nt do
   end
   i = i + 2 + c
   table.insert(types, t)
+  tpos[t] = #types
 end
 
 -- Turns one unexpanded delivery of type t into one delivery per handler of t on this worker.
@@ -424,7 +421,7 @@ local claimed = {}
 local function runnable(qk, id)
   return not claimed[id] and redis.call('ZSCORE', qk, id)
 end
--- f: the candidate's k, ev, t (read once). Returns the delivery to lease and its fields.
+-- f: the candidate's k, ev, t, at (read once). Returns the delivery to lease and its fields.
 local function pick(id, h, sq, f)
   local qk = hkey('q', h)
   local k = opt(f[1])
@@ -448,7 +445,7 @@ local function pick(id, h, sq, f)
   if not head[1] or not runnable(qk, head[1]) then return nil end
   if m and m < tonumber(head[2]) then return nil end
   if head[1] == id then return id, f end
-  return head[1], redis.call('HMGET', dkey(head[1]), 'k', 'ev', 't')
+  return head[1], redis.call('HMGET', dkey(head[1]), 'k', 'ev', 't', 'at')
 end
 
 -- Oldest first across this worker's handlers.
@@ -470,28 +467,34 @@ local lu = now + leaseMs
 local luS = tostring(lu)
 -- Per handler: the ids leased (removed from q) and score, id pairs (added to l), written in bulk.
 local taken, leases, all = {}, {}, {}
+-- Leases taken per type, written to the counters once per type at the end.
+local byT = {}
 for j = 1, #cands do
   if #out >= limit then break end
   local h = cands[j][4]
-  local id, f = pick(cands[j][3], h, cands[j][1], redis.call('HMGET', dkey(cands[j][3]), 'k', 'ev', 't'))
+  local id, f = pick(cands[j][3], h, cands[j][1], redis.call('HMGET', dkey(cands[j][3]), 'k', 'ev', 't', 'at'))
   if id then
     claimed[id] = true
     local dk = dkey(id)
-    local tok = tokenBase .. '.' .. (#out + 1)
-    local at = redis.call('HINCRBY', dk, 'at', '1')
-    redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tok, 'lu', luS)
+    -- The attempt count is read with the candidate and written with the lease (no HINCRBY).
+    -- One token for every lease of this claim, as the SQL stores do: a lease is a delivery's,
+    -- and the token is new with each claim, so (delivery, token) still names one lease.
+    local at = (tonumber(f[4]) or 0) + 1
+    redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tokenBase, 'lu', luS, 'at', tostring(at))
     if not taken[h] then taken[h] = {}; leases[h] = {} end
     table.insert(taken[h], id)
     table.insert(leases[h], luS)
     table.insert(leases[h], id)
     table.insert(all, id)
-    incr('l', 1)
-    incr('l:' .. f[3], 1)
-    incr('p:' .. f[3], -1)
+    byT[f[3]] = (byT[f[3]] or 0) + 1
     local e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa', 'av')
-    -- The token is tokenBase.<row number> and the lease deadline is the same for every row: the
-    -- client rebuilds both (a smaller reply to parse).
-    table.insert(out, { id, h, at, f[2], f[3], f[1], e[1], e[2], e[3], e[4] })
+    -- The token and the lease deadline are the same for every row: the client knows both. What the client knows or can read as a number is sent as an integer
+    -- (no string for it to allocate): the handler's and the type's positions in the arguments
+    -- (a type not among them, as text), the times, and 0 for the usual empty headers '{}'.
+    local hd = e[2]
+    if hd == '{}' then hd = 0 end
+    table.insert(out, { id, cands[j][2], at, f[2], tpos[f[3]] or f[3], f[1], e[1], hd,
+      tonumber(e[3]) or false, tonumber(e[4]) or false })
   end
 end
 for h, ids in pairs(taken) do
@@ -499,6 +502,11 @@ for h, ids in pairs(taken) do
   bulk('ZADD', hkey('l', h), leases[h])
 end
 bulk('ZREM', PEND, all)
+for t, c in pairs(byT) do
+  incr('l:' .. t, c)
+  incr('p:' .. t, -c)
+end
+incr('l', #all)
 return { lu, out }
 `;
 
@@ -517,7 +525,8 @@ return lu
  * sets, the deleted hashes, the completed events and the counters.
  */
 const ACK_ONE = `
-local ackedIds, unleased, completed = {}, {}, {}
+local ackedIds, unleased, completed, byT = {}, {}, {}, {}
+local ackedN = 0
 local function ackOne(id, owner, token)
   if ackedIds[id] then return 0 end
   -- st, o, tk, lu, h, t, k, ev
@@ -526,7 +535,9 @@ local function ackOne(id, owner, token)
   ackedIds[id] = true
   unleased[f[5]] = unleased[f[5]] or {}
   table.insert(unleased[f[5]], id)
-  unleaseCounts(f)
+  -- The leased counters, summed here and written once per type (ackFlush).
+  ackedN = ackedN + 1
+  byT[f[6]] = (byT[f[6]] or 0) + 1
   local k = opt(f[7])
   if k then
     -- The next delivery of the key becomes active now (its head is read after this one left).
@@ -550,6 +561,8 @@ local function ackFlush()
   end
   bulk('DEL', nil, dks)
   bulk('ZADD', DONE, completed)
+  for t, c in pairs(byT) do incr('l:' .. t, -c) end
+  incr('l', -ackedN)
 end
 `;
 
@@ -560,7 +573,8 @@ return r
 `;
 
 /**
- * ARGV: B, then per owner: owner, n, then id, token for each of its n leases. Returns the
+ * ARGV: B, then per (owner, token) group: owner, token, n, then the ids of its n leases (a claim
+ * gives all its leases one token, so a batch of acks is usually one or a few groups). Returns the
  * positions (1-based, in argument order) of the leases not acknowledged: usually none, so the
  * reply stays small.
  */
@@ -568,12 +582,12 @@ const ACK_MANY = `
 local refused = {}
 local j, pos = 2, 0
 while j <= #ARGV do
-  local owner, n = ARGV[j], tonumber(ARGV[j + 1])
-  j = j + 2
+  local owner, token, n = ARGV[j], ARGV[j + 1], tonumber(ARGV[j + 2])
+  j = j + 3
   for _ = 1, n do
     pos = pos + 1
-    if ackOne(ARGV[j], owner, ARGV[j + 1]) == 0 then table.insert(refused, pos) end
-    j = j + 2
+    if ackOne(ARGV[j], owner, token) == 0 then table.insert(refused, pos) end
+    j = j + 1
   end
 end
 ackFlush()
