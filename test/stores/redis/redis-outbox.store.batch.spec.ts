@@ -49,6 +49,12 @@ function counting(client: Redis): { client: RedisClientLike; calls: () => number
   return { client: wrapped, calls: () => calls };
 }
 
+/** The event as a claim returns it: without the append-only `handlers`. */
+function strip(e: AppendableEvent) {
+  const { handlers: _handlers, ...rest } = e;
+  return rest;
+}
+
 describeWithService('redis', 'RedisOutboxStore batches', () => {
   let client: Redis;
   let prefix: string;
@@ -131,6 +137,26 @@ describeWithService('redis', 'RedisOutboxStore batches', () => {
     });
     expect(await store.purge({ ids: [c.id] })).toBe(1);
     expect(await client.exists(`{${prefix}}:e:${e.id}`)).toBe(0);
+  });
+
+  it('decodes every field of a claimed delivery, including a type its handler does not list and headers', async () => {
+    const store = new RedisOutboxStore({ client, prefix });
+    const at = new Date(Date.now() - 60_000);
+    const plain = { ...event('t1', ['A', 'B'], 'k1'), occurredAt: at, availableAt: at };
+    const other = { ...event('t9', ['B']), headers: { traceparent: 'x', empty: '' } };
+    await store.append([plain, other]);
+    const claimed = await store.claim({
+      workerId: 'w1',
+      handlers: [A, B],
+      limit: 10,
+      leaseMs: 60_000,
+    });
+    const got = claimed.map((c) => ({ handler: c.handler, attempt: c.attempt, event: c.event }));
+    expect(got).toEqual([
+      { handler: 'A', attempt: 1, event: strip(plain) },
+      { handler: 'B', attempt: 1, event: strip(plain) },
+      { handler: 'B', attempt: 1, event: { ...strip(other), availableAt: expect.any(Date) } },
+    ]);
   });
 
   it('keeps per-type counters exact across batched claims and acks, and drops those that reach zero', async () => {
