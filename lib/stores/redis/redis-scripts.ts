@@ -429,13 +429,14 @@ end
 -- older ones stay unexpanded (budget spent), the key waits for a later claim. A candidate that an
 -- expansion earlier in this claim moved aside also yields to its key's head.
 local budget = cap
--- Deliveries leased by this claim: still members of q until the bulk ZREM at the end, so a key's
--- head found here is checked against this set too.
+-- Keyed deliveries leased by this claim: still members of q until the bulk ZREM at the end, so a
+-- key's head found here is checked against this set too (a head is always keyed).
 local claimed = {}
 local function runnable(qk, id)
   return not claimed[id] and redis.call('ZSCORE', qk, id)
 end
--- f: the candidate's k, ev, t, at (read once). Returns the delivery to lease and its fields.
+-- f: the candidate's k, ev, t, at (read once); sq its seq (number or text). Returns the delivery
+-- to lease and its fields.
 local function pick(id, h, sq, f)
   local k = opt(f[1])
   if not k then
@@ -443,6 +444,7 @@ local function pick(id, h, sq, f)
     -- by an expansion, and no candidate appears twice.
     return id, f
   end
+  sq = tonumber(sq)
   local qk = hkey('q', h)
   local m = oldestUnexpanded(h, k)
   if m and m < sq then
@@ -472,14 +474,21 @@ local byT = {}
 -- Leases candidate id (seq sq) of the hi-th handler if pick allows.
 local function take(sq, hi, cand)
   local h = hs[hi]
-  local id, f = pick(cand, h, sq, redis.call('HMGET', dkey(cand), 'k', 'ev', 't', 'at'))
+  local dk = dkey(cand)
+  local id, f = pick(cand, h, sq, redis.call('HMGET', dk, 'k', 'ev', 't', 'at'))
   if not id then return end
-  claimed[id] = true
-  -- The attempt count is read with the candidate and written with the lease (no HINCRBY).
+  if id ~= cand then dk = dkey(id) end
+  if opt(f[1]) then claimed[id] = true end
+  -- The attempt count is read with the candidate and written with the lease (no HINCRBY); a
+  -- first attempt, the usual case, without converting numbers.
   -- One token for every lease of this claim, as the SQL stores do: a lease is a delivery's,
   -- and the token is new with each claim, so (delivery, token) still names one lease.
-  local at = (tonumber(f[4]) or 0) + 1
-  redis.call('HSET', dkey(id), 'st', 'l', 'o', worker, 'tk', tokenBase, 'lu', luS, 'at', tostring(at))
+  local at, atS = 1, '1'
+  if f[4] ~= '0' then
+    at = (tonumber(f[4]) or 0) + 1
+    atS = tostring(at)
+  end
+  redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tokenBase, 'lu', luS, 'at', atS)
   local tk, ls = taken[h], leases[h]
   if not tk then tk = {}; ls = {}; taken[h] = tk; leases[h] = ls end
   tk[#tk + 1] = id
@@ -506,7 +515,7 @@ if #hs == 1 then
   local r = redis.call('ZRANGE', hkey('q', hs[1]), '0', lastS, 'WITHSCORES')
   for j = 1, #r, 2 do
     if #out >= limit then break end
-    take(tonumber(r[j + 1]), 1, r[j])
+    take(r[j + 1], 1, r[j])
   end
 else
   local cands = {}
