@@ -285,33 +285,37 @@ export class RedisOutboxStore implements OutboxStore {
       byType.size,
     ];
     for (const [type, handlers] of byType) args.push(type, handlers.length, ...handlers);
-    const [leaseUntil, rows] = (await this.run('claim', args)) as [number, Row[]];
+    const [leaseUntil, flat] = (await this.run('claim', args)) as [number, Row];
     // One deadline for the whole claim; leases are replaced, never changed, so they share it.
     const until = new Date(Number(leaseUntil));
     const types = [...byType.keys()];
-    // handler: its position in `names` (1-based); type: its position in `types`, or the text of
-    // a type this worker did not name; hd 0: no headers; oa, av: integers (see the claim script).
-    return rows.map(([id, handler, attempt, eventId, type, key, pl, hd, oa, av]) => ({
-      id: String(id),
-      handler: names[(handler as number) - 1],
-      attempt: Number(attempt),
-      event: {
-        id: String(eventId),
-        type: typeof type === 'number' ? types[type - 1] : String(type),
-        payload: JSON.parse(String(pl)),
-        key: key === null ? null : String(key),
-        headers: hd === 0 ? {} : parseHeaders(hd),
-        occurredAt: new Date(Number(oa)),
-        availableAt: new Date(Number(av)),
-      },
-      lease: {
-        deliveryId: String(id),
-        owner: request.workerId,
+    // 10 fields per delivery (see the claim script): id, handler (its position in `names`),
+    // attempt, event id, type (its position in `types`, or the text of a type this worker did not
+    // name), key, payload, headers (0: none), occurredAt, availableAt (integers).
+    const out: ClaimedDelivery[] = [];
+    for (let i = 0; i < flat.length; i += 10) {
+      const id = String(flat[i]);
+      const type = flat[i + 4];
+      const key = flat[i + 5];
+      const hd = flat[i + 7];
+      out.push({
+        id,
+        handler: names[(flat[i + 1] as number) - 1],
+        attempt: Number(flat[i + 2]),
+        event: {
+          id: String(flat[i + 3]),
+          type: typeof type === 'number' ? types[type - 1] : String(type),
+          payload: JSON.parse(String(flat[i + 6])),
+          key: key === null ? null : String(key),
+          headers: hd === 0 ? {} : parseHeaders(hd),
+          occurredAt: new Date(Number(flat[i + 8])),
+          availableAt: new Date(Number(flat[i + 9])),
+        },
         // One token per claim, as the SQL stores do (see the claim script).
-        token,
-        leaseUntil: until,
-      },
-    }));
+        lease: { deliveryId: id, owner: request.workerId, token, leaseUntil: until },
+      });
+    }
+    return out;
   }
 
   private async leased(

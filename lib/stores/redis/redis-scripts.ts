@@ -464,7 +464,9 @@ local function pick(id, h, sq, f)
   return head[1], redis.call('HMGET', dkey(head[1]), 'k', 'ev', 't', 'at')
 end
 
-local out = {}
+-- The reply: 10 fields per leased delivery in one flat list (a nested list per delivery costs
+-- Redis several lookups per row to convert, and the client an array per row).
+local out, count = {}, 0
 local lu = now + leaseMs
 local luS = tostring(lu)
 -- Per handler: the ids leased (removed from q) and score, id pairs (added to l), written in bulk.
@@ -504,8 +506,18 @@ local function take(sq, hi, cand)
   -- times, and 0 for the usual empty headers '{}'.
   local hd = e[2]
   if hd == '{}' then hd = 0 end
-  out[#out + 1] = { id, hi, at, f[2], tpos[t] or t, f[1], e[1], hd, tonumber(e[3]) or false,
-    tonumber(e[4]) or false }
+  local o = count * 10
+  count = count + 1
+  out[o + 1] = id
+  out[o + 2] = hi
+  out[o + 3] = at
+  out[o + 4] = f[2]
+  out[o + 5] = tpos[t] or t
+  out[o + 6] = f[1]
+  out[o + 7] = e[1]
+  out[o + 8] = hd
+  out[o + 9] = tonumber(e[3]) or false
+  out[o + 10] = tonumber(e[4]) or false
 end
 
 -- Oldest first across this worker's handlers.
@@ -514,7 +526,7 @@ if #hs == 1 then
   -- One handler's candidates come from ZRANGE already in this order.
   local r = redis.call('ZRANGE', hkey('q', hs[1]), '0', lastS, 'WITHSCORES')
   for j = 1, #r, 2 do
-    if #out >= limit then break end
+    if count >= limit then break end
     take(r[j + 1], 1, r[j])
   end
 else
@@ -528,7 +540,7 @@ else
     return a[2] < b[2]
   end)
   for j = 1, #cands do
-    if #out >= limit then break end
+    if count >= limit then break end
     take(cands[j][1], cands[j][2], cands[j][3])
   end
 end
