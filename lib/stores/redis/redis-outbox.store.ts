@@ -288,34 +288,7 @@ export class RedisOutboxStore implements OutboxStore {
     const [leaseUntil, flat] = (await this.run('claim', args)) as [number, Row];
     // One deadline for the whole claim; leases are replaced, never changed, so they share it.
     const until = new Date(Number(leaseUntil));
-    const types = [...byType.keys()];
-    // 10 fields per delivery (see the claim script): id, handler (its position in `names`),
-    // attempt, event id, type (its position in `types`, or the text of a type this worker did not
-    // name), key, payload, headers (0: none), occurredAt, availableAt (integers).
-    const out: ClaimedDelivery[] = [];
-    for (let i = 0; i < flat.length; i += 10) {
-      const id = String(flat[i]);
-      const type = flat[i + 4];
-      const key = flat[i + 5];
-      const hd = flat[i + 7];
-      out.push({
-        id,
-        handler: names[(flat[i + 1] as number) - 1],
-        attempt: Number(flat[i + 2]),
-        event: {
-          id: String(flat[i + 3]),
-          type: typeof type === 'number' ? types[type - 1] : String(type),
-          payload: JSON.parse(String(flat[i + 6])),
-          key: key === null ? null : String(key),
-          headers: hd === 0 ? {} : parseHeaders(hd),
-          occurredAt: new Date(Number(flat[i + 8])),
-          availableAt: new Date(Number(flat[i + 9])),
-        },
-        // One token per claim, as the SQL stores do (see the claim script).
-        lease: { deliveryId: id, owner: request.workerId, token, leaseUntil: until },
-      });
-    }
-    return out;
+    return decodeClaim(flat, names, [...byType.keys()], request.workerId, token, until);
   }
 
   private async leased(
@@ -625,6 +598,46 @@ function grouped(leases: Lease[]): Lease[] {
     else groups.set(group, [lease]);
   }
   return [...groups.values()].flat();
+}
+
+/**
+ * The claim script's reply: 10 fields per delivery, in one flat list: id, handler (its position in
+ * `names`), attempt, event id, type (its position in `types`, or the text of a type the claim did
+ * not name), key, payload, headers (0: none), occurredAt, availableAt (integers). A function of
+ * its own, not a loop in the async `claim` (measured: the loop there cost more).
+ */
+function decodeClaim(
+  flat: Row,
+  names: string[],
+  types: string[],
+  owner: string,
+  token: string,
+  leaseUntil: Date,
+): ClaimedDelivery[] {
+  const out: ClaimedDelivery[] = new Array(flat.length / 10);
+  for (let i = 0, n = 0; i < flat.length; i += 10, n++) {
+    const id = String(flat[i]);
+    const type = flat[i + 4];
+    const key = flat[i + 5];
+    const hd = flat[i + 7];
+    out[n] = {
+      id,
+      handler: names[(flat[i + 1] as number) - 1],
+      attempt: Number(flat[i + 2]),
+      event: {
+        id: String(flat[i + 3]),
+        type: typeof type === 'number' ? types[type - 1] : String(type),
+        payload: JSON.parse(String(flat[i + 6])),
+        key: key === null ? null : String(key),
+        headers: hd === 0 ? {} : parseHeaders(hd),
+        occurredAt: new Date(Number(flat[i + 8])),
+        availableAt: new Date(Number(flat[i + 9])),
+      },
+      // One token per claim, as the SQL stores do (see the claim script).
+      lease: { deliveryId: id, owner, token, leaseUntil },
+    };
+  }
+  return out;
 }
 
 /** Headers as stored (JSON); most events have none, so `{}` skips the parser. */
