@@ -10,7 +10,12 @@
  *   e:<eventId>      hash  t type, k key?, pl payload, hd headers, oa occurredAt, av availableAt,
  *                          sq seq, c content hash, n deliveries not yet delivered
  *   d:<deliveryId>   hash  ev, h handler, t type, k key?, sq, st p|l|x, at attempts, av, o owner,
- *                          tk token, lu leaseUntil, er errors JSON, rs reason, da deadAt, ac active
+ *                          tk token, lu leaseUntil, er errors JSON, rs reason, da deadAt, ac active,
+ *                          so '1' when it is its event's only delivery ever (appended with one
+ *                          handler): its ack completes the event without decrementing the event's
+ *                          n, which a completed event no longer needs (a dead one still counts n
+ *                          down when purged). Absent on deliveries written before it and on
+ *                          expanded ones: their ack counts n as before.
  *   q:<handler>      zset  runnable now, by seq (only the active delivery of a key is here)
  *   s:<handler>      zset  runnable later, by availableAt
  *   l:<handler>      zset  leased, by leaseUntil
@@ -29,8 +34,11 @@
  *
  * The layout has no version key. The batched scripts (issue 9) kept it as it was: the same keys
  * and fields with the same meanings, so stores of the versions before and after may run against
- * the same keys (a rolling deploy; each client runs its own scripts by SHA). A change to the
- * layout itself must add a version key and an upgrade path.
+ * the same keys (a rolling deploy; each client runs its own scripts by SHA). Since then only
+ * additions that both versions read correctly: `so` (absent: the ack counts n, as before; older
+ * scripts ignore it and count n, which stays right) and a token shared by the leases of one claim
+ * (a value of `tk`, compared as before). A change that older scripts would misread must add a
+ * version key and an upgrade path.
  *
  * Cost per delivery (bench/RESULTS.md, "Redis store scripts"): a script reads and writes only what
  * one delivery needs and writes what a batch shares once at its end: counters are summed in the
@@ -163,9 +171,14 @@ local function leaveKey(id, h, k)
   if head and redis.call('HGET', dkey(head), 'ac') ~= '1' then activate(head) end
 end
 
-local function newDelivery(id, ev, h, t, k, sq, av)
+-- sole: the event's only delivery, ever (see 'so' in the layout).
+local function newDelivery(id, ev, h, t, k, sq, av, sole)
   local dk = dkey(id)
-  redis.call('HSET', dk, 'ev', ev, 'h', h, 't', t, 'sq', sq, 'st', 'p', 'at', 0, 'av', av)
+  if sole then
+    redis.call('HSET', dk, 'ev', ev, 'h', h, 't', t, 'sq', sq, 'st', 'p', 'at', 0, 'av', av, 'so', '1')
+  else
+    redis.call('HSET', dk, 'ev', ev, 'h', h, 't', t, 'sq', sq, 'st', 'p', 'at', 0, 'av', av)
+  end
   if k then redis.call('HSET', dk, 'k', k) end
   redis.call('ZADD', PEND, av, id)
   incr('p:' .. t, 1)
@@ -188,17 +201,12 @@ local function owned(id, owner, token)
   return f
 end
 
--- Drops a lease from the leased set and the counters; the hash's lease fields are the caller's
--- (a delivery that stays clears them in its own HSET/HDEL, an acknowledged one is deleted).
-local function unleaseCounts(f)
-  incr('l', -1)
-  incr('l:' .. f[6], -1)
-end
-
+-- Drops a lease: from the leased set, the hash's lease fields and the counters.
 local function unlease(id, f)
   redis.call('ZREM', hkey('l', f[5]), id)
   redis.call('HDEL', dkey(id), 'o', 'tk', 'lu')
-  unleaseCounts(f)
+  incr('l', -1)
+  incr('l:' .. f[6], -1)
 end
 
 -- The error history with one more entry, as JSON for the 'er' field.
@@ -311,7 +319,8 @@ for e, ev in ipairs(evs) do
     if #hs == 0 then hs = { '*' } end
     redis.call('HSET', ek, 't', ev.t, 'pl', ev.pl, 'hd', ev.hd, 'oa', ev.oa, 'av', av, 'sq', sq, 'c', ev.c, 'n', #hs)
     if k then redis.call('HSET', ek, 'k', k) end
-    for _, h in ipairs(hs) do newDelivery(uuid(ev.id .. '|' .. h), ev.id, h, ev.t, k, sq, av) end
+    local sole = #hs == 1 and hs[1] ~= '*'
+    for _, h in ipairs(hs) do newDelivery(uuid(ev.id .. '|' .. h), ev.id, h, ev.t, k, sq, av, sole) end
   end
   local s = redis.call('HMGET', ek, 'oa', 'av')
   table.insert(out, { s[1], s[2] })
@@ -342,8 +351,9 @@ for j = 1, nh do hs[j] = ARGV[7 + j] end
 local i = 8 + nh
 local nt = tonumber(ARGV[i])
 i = i + 1
--- types: the types this worker handles; th[type]: its handlers here; htypes[handler]: its types.
-local types, th, htypes = {}, {}, {}
+-- types: the types this worker handles; th[type]: its handlers here; htypes[handler]: its types;
+-- tpos[type]: its position in the arguments (the reply names a known type by it).
+local types, th, htypes, tpos = {}, {}, {}, {}
 for _ = 1, nt do
   local t, c = ARGV[i], tonumber(ARGV[i + 1])
   th[t] = {}
@@ -355,6 +365,7 @@ for _ = 1, nt do
   end
   i = i + 2 + c
   table.insert(types, t)
+  tpos[t] = #types
 end
 
 -- Turns one unexpanded delivery of type t into one delivery per handler of t on this worker.
@@ -418,21 +429,23 @@ end
 -- older ones stay unexpanded (budget spent), the key waits for a later claim. A candidate that an
 -- expansion earlier in this claim moved aside also yields to its key's head.
 local budget = cap
--- Deliveries leased by this claim: still members of q until the bulk ZREM at the end, so a key's
--- head found here is checked against this set too.
+-- Keyed deliveries leased by this claim: still members of q until the bulk ZREM at the end, so a
+-- key's head found here is checked against this set too (a head is always keyed).
 local claimed = {}
 local function runnable(qk, id)
   return not claimed[id] and redis.call('ZSCORE', qk, id)
 end
--- f: the candidate's k, ev, t (read once). Returns the delivery to lease and its fields.
+-- f: the candidate's k, ev, t, at (read once); sq its seq (number or text). Returns the delivery
+-- to lease and its fields.
 local function pick(id, h, sq, f)
-  local qk = hkey('q', h)
   local k = opt(f[1])
   if not k then
     -- An unkeyed candidate stays in q during this claim: only keyed deliveries are moved aside
     -- by an expansion, and no candidate appears twice.
     return id, f
   end
+  sq = tonumber(sq)
+  local qk = hkey('q', h)
   local m = oldestUnexpanded(h, k)
   if m and m < sq then
     for _, t in ipairs(htypes[h]) do
@@ -448,50 +461,87 @@ local function pick(id, h, sq, f)
   if not head[1] or not runnable(qk, head[1]) then return nil end
   if m and m < tonumber(head[2]) then return nil end
   if head[1] == id then return id, f end
-  return head[1], redis.call('HMGET', dkey(head[1]), 'k', 'ev', 't')
+  return head[1], redis.call('HMGET', dkey(head[1]), 'k', 'ev', 't', 'at')
 end
 
--- Oldest first across this worker's handlers.
-local cands = {}
-local lastS = tostring(limit - 1)
-for hi, h in ipairs(hs) do
-  local r = redis.call('ZRANGE', hkey('q', h), '0', lastS, 'WITHSCORES')
-  for j = 1, #r, 2 do table.insert(cands, { tonumber(r[j + 1]), hi, r[j], h }) end
-end
--- One handler's candidates come from ZRANGE already in this order.
-if #hs > 1 then
-  table.sort(cands, function(a, b)
-    if a[1] ~= b[1] then return a[1] < b[1] end
-    return a[2] < b[2]
-  end)
-end
-local out = {}
+-- The reply: 10 fields per leased delivery in one flat list (a nested list per delivery costs
+-- Redis several lookups per row to convert, and the client an array per row).
+local out, count = {}, 0
 local lu = now + leaseMs
 local luS = tostring(lu)
 -- Per handler: the ids leased (removed from q) and score, id pairs (added to l), written in bulk.
 local taken, leases, all = {}, {}, {}
-for j = 1, #cands do
-  if #out >= limit then break end
-  local h = cands[j][4]
-  local id, f = pick(cands[j][3], h, cands[j][1], redis.call('HMGET', dkey(cands[j][3]), 'k', 'ev', 't'))
-  if id then
-    claimed[id] = true
-    local dk = dkey(id)
-    local tok = tokenBase .. '.' .. (#out + 1)
-    local at = redis.call('HINCRBY', dk, 'at', '1')
-    redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tok, 'lu', luS)
-    if not taken[h] then taken[h] = {}; leases[h] = {} end
-    table.insert(taken[h], id)
-    table.insert(leases[h], luS)
-    table.insert(leases[h], id)
-    table.insert(all, id)
-    incr('l', 1)
-    incr('l:' .. f[3], 1)
-    incr('p:' .. f[3], -1)
-    local e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa', 'av')
-    -- The token is tokenBase.<row number> and the lease deadline is the same for every row: the
-    -- client rebuilds both (a smaller reply to parse).
-    table.insert(out, { id, h, at, f[2], f[3], f[1], e[1], e[2], e[3], e[4] })
+-- Leases taken per type, written to the counters once per type at the end.
+local byT = {}
+-- Leases candidate id (seq sq) of the hi-th handler if pick allows.
+local function take(sq, hi, cand)
+  local h = hs[hi]
+  local dk = dkey(cand)
+  local id, f = pick(cand, h, sq, redis.call('HMGET', dk, 'k', 'ev', 't', 'at'))
+  if not id then return end
+  if id ~= cand then dk = dkey(id) end
+  if opt(f[1]) then claimed[id] = true end
+  -- The attempt count is read with the candidate and written with the lease (no HINCRBY); a
+  -- first attempt, the usual case, without converting numbers.
+  -- One token for every lease of this claim, as the SQL stores do: a lease is a delivery's,
+  -- and the token is new with each claim, so (delivery, token) still names one lease.
+  local at, atS = 1, '1'
+  if f[4] ~= '0' then
+    at = (tonumber(f[4]) or 0) + 1
+    atS = tostring(at)
+  end
+  redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tokenBase, 'lu', luS, 'at', atS)
+  local tk, ls = taken[h], leases[h]
+  if not tk then tk = {}; ls = {}; taken[h] = tk; leases[h] = ls end
+  tk[#tk + 1] = id
+  ls[#ls + 1] = luS
+  ls[#ls + 1] = id
+  all[#all + 1] = id
+  local t = f[3]
+  byT[t] = (byT[t] or 0) + 1
+  local e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa', 'av')
+  -- The token and the lease deadline are the same for every row: the client knows both. What it
+  -- knows or can read as a number is sent as an integer (no string for it to allocate): the
+  -- handler's and the type's positions in the arguments (a type not among them, as text), the
+  -- times, and 0 for the usual empty headers '{}'.
+  local hd = e[2]
+  if hd == '{}' then hd = 0 end
+  local o = count * 10
+  count = count + 1
+  out[o + 1] = id
+  out[o + 2] = hi
+  out[o + 3] = at
+  out[o + 4] = f[2]
+  out[o + 5] = tpos[t] or t
+  out[o + 6] = f[1]
+  out[o + 7] = e[1]
+  out[o + 8] = hd
+  out[o + 9] = tonumber(e[3]) or false
+  out[o + 10] = tonumber(e[4]) or false
+end
+
+-- Oldest first across this worker's handlers.
+local lastS = tostring(limit - 1)
+if #hs == 1 then
+  -- One handler's candidates come from ZRANGE already in this order.
+  local r = redis.call('ZRANGE', hkey('q', hs[1]), '0', lastS, 'WITHSCORES')
+  for j = 1, #r, 2 do
+    if count >= limit then break end
+    take(r[j + 1], 1, r[j])
+  end
+else
+  local cands = {}
+  for hi, h in ipairs(hs) do
+    local r = redis.call('ZRANGE', hkey('q', h), '0', lastS, 'WITHSCORES')
+    for j = 1, #r, 2 do cands[#cands + 1] = { tonumber(r[j + 1]), hi, r[j] } end
+  end
+  table.sort(cands, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+  for j = 1, #cands do
+    if count >= limit then break end
+    take(cands[j][1], cands[j][2], cands[j][3])
   end
 end
 for h, ids in pairs(taken) do
@@ -499,6 +549,11 @@ for h, ids in pairs(taken) do
   bulk('ZADD', hkey('l', h), leases[h])
 end
 bulk('ZREM', PEND, all)
+for t, c in pairs(byT) do
+  incr('l:' .. t, c)
+  incr('p:' .. t, -c)
+end
+incr('l', #all)
 return { lu, out }
 `;
 
@@ -517,16 +572,23 @@ return lu
  * sets, the deleted hashes, the completed events and the counters.
  */
 const ACK_ONE = `
-local ackedIds, unleased, completed = {}, {}, {}
+local ackedIds, unleased, completed, byT, dks = {}, {}, {}, {}, {}
+local ackedN = 0
 local function ackOne(id, owner, token)
   if ackedIds[id] then return 0 end
-  -- st, o, tk, lu, h, t, k, ev
-  local f = redis.call('HMGET', dkey(id), 'st', 'o', 'tk', 'lu', 'h', 't', 'k', 'ev')
+  -- st, o, tk, lu, h, t, k, ev, so
+  local dk = dkey(id)
+  local f = redis.call('HMGET', dk, 'st', 'o', 'tk', 'lu', 'h', 't', 'k', 'ev', 'so')
   if not isOwned(f, owner, token) then return 0 end
   ackedIds[id] = true
-  unleased[f[5]] = unleased[f[5]] or {}
-  table.insert(unleased[f[5]], id)
-  unleaseCounts(f)
+  local h = f[5]
+  local ids = unleased[h]
+  if not ids then ids = {}; unleased[h] = ids end
+  ids[#ids + 1] = id
+  dks[#dks + 1] = dk
+  -- The leased counters, summed here and written once per type (ackFlush).
+  ackedN = ackedN + 1
+  byT[f[6]] = (byT[f[6]] or 0) + 1
   local k = opt(f[7])
   if k then
     -- The next delivery of the key becomes active now (its head is read after this one left).
@@ -536,20 +598,19 @@ local function ackOne(id, owner, token)
     if head and redis.call('HGET', dkey(head), 'ac') ~= '1' then activate(head) end
   end
   -- Delivered deliveries are deleted; the event stays for the retention window (idempotent append).
-  if redis.call('HINCRBY', ekey(f[8]), 'n', '-1') <= 0 then
-    table.insert(completed, nowS)
-    table.insert(completed, f[8])
+  -- An event's only delivery completes it without counting (see 'so' in the layout).
+  if f[9] == '1' or redis.call('HINCRBY', ekey(f[8]), 'n', '-1') <= 0 then
+    completed[#completed + 1] = nowS
+    completed[#completed + 1] = f[8]
   end
   return 1
 end
 local function ackFlush()
-  local dks = {}
-  for h, ids in pairs(unleased) do
-    bulk('ZREM', hkey('l', h), ids)
-    for _, id in ipairs(ids) do table.insert(dks, dkey(id)) end
-  end
+  for h, ids in pairs(unleased) do bulk('ZREM', hkey('l', h), ids) end
   bulk('DEL', nil, dks)
   bulk('ZADD', DONE, completed)
+  for t, c in pairs(byT) do incr('l:' .. t, -c) end
+  incr('l', -ackedN)
 end
 `;
 
@@ -560,7 +621,8 @@ return r
 `;
 
 /**
- * ARGV: B, then per owner: owner, n, then id, token for each of its n leases. Returns the
+ * ARGV: B, then per (owner, token) group: owner, token, n, then the ids of its n leases (a claim
+ * gives all its leases one token, so a batch of acks is usually one or a few groups). Returns the
  * positions (1-based, in argument order) of the leases not acknowledged: usually none, so the
  * reply stays small.
  */
@@ -568,12 +630,12 @@ const ACK_MANY = `
 local refused = {}
 local j, pos = 2, 0
 while j <= #ARGV do
-  local owner, n = ARGV[j], tonumber(ARGV[j + 1])
-  j = j + 2
+  local owner, token, n = ARGV[j], ARGV[j + 1], tonumber(ARGV[j + 2])
+  j = j + 3
   for _ = 1, n do
     pos = pos + 1
-    if ackOne(ARGV[j], owner, ARGV[j + 1]) == 0 then table.insert(refused, pos) end
-    j = j + 2
+    if ackOne(ARGV[j], owner, token) == 0 then table.insert(refused, pos) end
+    j = j + 1
   end
 end
 ackFlush()

@@ -49,6 +49,12 @@ function counting(client: Redis): { client: RedisClientLike; calls: () => number
   return { client: wrapped, calls: () => calls };
 }
 
+/** The event as a claim returns it: without the append-only `handlers`. */
+function strip(e: AppendableEvent) {
+  const { handlers: _handlers, ...rest } = e;
+  return rest;
+}
+
 describeWithService('redis', 'RedisOutboxStore batches', () => {
   let client: Redis;
   let prefix: string;
@@ -75,11 +81,82 @@ describeWithService('redis', 'RedisOutboxStore batches', () => {
     });
     expect(claimed).toHaveLength(200);
     expect(counter.calls() - before).toBe(1);
-    expect(new Set(claimed.map((c) => c.lease.token)).size).toBe(200);
+    // One token per claim, as the SQL stores use (a lease is a delivery's: its id and the token).
+    expect(new Set(claimed.map((c) => c.lease.token)).size).toBe(1);
     const acked = await store.ackMany(claimed.map((c) => c.lease));
     expect(acked).toHaveLength(200);
     expect(counter.calls() - before).toBe(2);
     expect(await store.stats()).toMatchObject({ pending: 0, leased: 0, dead: 0, byType: {} });
+  });
+
+  it('completes an event at the ack of its only delivery, and counts n for fan-out and for deliveries an older store wrote', async () => {
+    const store = new RedisOutboxStore({ client, prefix });
+    const [sole, fanOut, older] = [event('t2', ['A']), event('t1', ['A', 'B']), event('t2', ['A'])];
+    await store.append([sole, fanOut, older]);
+    const claimed = await store.claim({
+      workerId: 'w1',
+      handlers: [A, B],
+      limit: 10,
+      leaseMs: 60_000,
+    });
+    expect(claimed).toHaveLength(4);
+    const of = (e: AppendableEvent) => claimed.filter((c) => c.event.id === e.id);
+    const hash = (id: string) => client.hgetall(`{${prefix}}:d:${id}`);
+    expect((await hash(of(sole)[0].id)).so).toBe('1');
+    for (const c of of(fanOut)) expect((await hash(c.id)).so).toBeUndefined();
+    // A delivery as stores before the 'so' mark wrote it.
+    await client.hdel(`{${prefix}}:d:${of(older)[0].id}`, 'so');
+    const done = async () => (await client.zrange(`{${prefix}}:done`, 0, -1)).sort();
+
+    const [fanA, fanB] = of(fanOut);
+    expect(await store.ackMany([of(sole)[0].lease, fanA.lease, of(older)[0].lease])).toHaveLength(
+      3,
+    );
+    expect(await done()).toEqual([sole.id, older.id].sort());
+    await store.ack(fanB.lease);
+    expect(await done()).toEqual([sole.id, fanOut.id, older.id].sort());
+    const n = async (e: AppendableEvent) => client.hget(`{${prefix}}:e:${e.id}`, 'n');
+    expect([await n(sole), await n(fanOut), await n(older)]).toEqual(['1', '0', '0']);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect(
+      await store.cleanup({ deliveredRetentionMs: 0, deadLetterRetentionMs: null, batchSize: 100 }),
+    ).toEqual({ events: 3, deadLetters: 0 });
+    expect(await client.keys(`{${prefix}}:e:*`)).toEqual([]);
+  });
+
+  it("purges a dead letter that was its event's only delivery together with the event", async () => {
+    const store = new RedisOutboxStore({ client, prefix });
+    const e = event('t2', ['A']);
+    await store.append([e]);
+    const [c] = await store.claim({ workerId: 'w1', handlers: [A], limit: 10, leaseMs: 60_000 });
+    await store.deadLetter(c.lease, 'rejected', {
+      name: 'E',
+      message: 'm',
+      attempt: 1,
+      workerId: 'w1',
+    });
+    expect(await store.purge({ ids: [c.id] })).toBe(1);
+    expect(await client.exists(`{${prefix}}:e:${e.id}`)).toBe(0);
+  });
+
+  it('decodes every field of a claimed delivery, including a type its handler does not list and headers', async () => {
+    const store = new RedisOutboxStore({ client, prefix });
+    const at = new Date(Date.now() - 60_000);
+    const plain = { ...event('t1', ['A', 'B'], 'k1'), occurredAt: at, availableAt: at };
+    const other = { ...event('t9', ['B']), headers: { traceparent: 'x', empty: '' } };
+    await store.append([plain, other]);
+    const claimed = await store.claim({
+      workerId: 'w1',
+      handlers: [A, B],
+      limit: 10,
+      leaseMs: 60_000,
+    });
+    const got = claimed.map((c) => ({ handler: c.handler, attempt: c.attempt, event: c.event }));
+    expect(got).toEqual([
+      { handler: 'A', attempt: 1, event: strip(plain) },
+      { handler: 'B', attempt: 1, event: strip(plain) },
+      { handler: 'B', attempt: 1, event: { ...strip(other), availableAt: expect.any(Date) } },
+    ]);
   });
 
   it('keeps per-type counters exact across batched claims and acks, and drops those that reach zero', async () => {
