@@ -50,9 +50,20 @@ runMain(async () => {
     const dialect = (store as any).ctx.dialect;
     const exec = dialect.exec.bind(dialect);
     let statements = 0;
-    dialect.exec = (runner: unknown, stmt: unknown) => {
+    // Wall ms per kind of statement (its first words), to see which one the time goes to.
+    const byKind = new Map<string, { n: number; ms: number }>();
+    dialect.exec = async (runner: unknown, stmt: { text: string }) => {
       statements++;
-      return exec(runner, stmt);
+      const kind = stmt.text.replace(/\s+/g, ' ').slice(0, 40);
+      const t = performance.now();
+      try {
+        return await exec(runner, stmt);
+      } finally {
+        const k = byKind.get(kind) ?? { n: 0, ms: 0 };
+        k.n++;
+        k.ms += performance.now() - t;
+        byKind.set(kind, k);
+      }
     };
     const workerId = randomUUID();
     let claimed = 0;
@@ -103,6 +114,9 @@ runMain(async () => {
       ackMsPerCall: +(ackMs / acks).toFixed(2),
       statementsPerClaim: +(claimStatements / claims).toFixed(2),
       statementsPerAck: +(ackStatements / acks).toFixed(2),
+      msPerStatement: Object.fromEntries(
+        [...byKind].map(([k, v]) => [k, { n: v.n, ms: +(v.ms / v.n).toFixed(2) }]),
+      ),
     });
   } finally {
     await dropOutboxTables(ds);

@@ -240,19 +240,44 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     );
   }
 
-  /** Claims of this dialect instance running now (they take different slices of the window). */
-  private claimsRunning = 0;
+  /**
+   * Ids that claims of this dialect instance are locking right now (in a claim statement), and
+   * ids they leased recently, each with the number of the claim statement that leased it
+   * (`claimsDone` then). A claim leaves both out of its window: its window read may have run
+   * before they were leased, and MariaDB would lock them (or skip them, locked) only to find them
+   * taken. Only a preference: every condition is checked again on the locked rows.
+   */
+  private readonly claiming = new Set<unknown>();
+  private readonly leasedRecently: Array<{ done: number; ids: unknown[] }> = [];
+  private claimsDone = 0;
+  /** `claimsDone` when each running claim read its window. */
+  private readonly claimsSince: number[] = [];
+
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
-    const slot = this.claimsRunning++;
+    const since = this.claimsDone;
+    this.claimsSince.push(since);
     try {
-      return yield* this.claimAs(slot, req, candidates, columns);
+      return yield* this.claimAs(since, req, candidates, columns);
     } finally {
-      this.claimsRunning--;
+      this.claimsSince.splice(this.claimsSince.indexOf(since), 1);
+      // Leases older than every running claim's window read are not in any window.
+      const oldest = this.claimsSince.length > 0 ? Math.min(...this.claimsSince) : this.claimsDone;
+      while (this.leasedRecently.length > 0 && this.leasedRecently[0].done <= oldest) {
+        this.leasedRecently.shift();
+      }
     }
   }
 
+  /** Whether an id of a window read when `claimsDone` was `since` is taken by this instance. */
+  private takenSince(since: number): (id: unknown) => boolean {
+    const recent = this.leasedRecently.filter((l) => l.done > since);
+    if (recent.length === 0) return (id) => this.claiming.has(id);
+    const leased = new Set(recent.flatMap((l) => l.ids));
+    return (id) => this.claiming.has(id) || leased.has(id);
+  }
+
   private *claimAs(
-    slot: number,
+    since: number,
     req: ClaimPlanRequest,
     candidates: ClaimCandidates,
     columns: SqlText,
@@ -275,24 +300,41 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     }
     if (this.mariadb && this.oneStatementClaim) {
       // MariaDB's INSERT … SELECT reads its own table through a temporary table, so it locks
-      // every row it reads before the LIMIT applies. It is given one slice of the window: the
-      // oldest for a claim alone (oldest first), another for each claim of this process running
-      // beside it (the dispatcher claims ahead), so they do not lock each other out of the same
-      // rows. Claims of other processes cannot be counted: a slice that yields fewer rows than
-      // asked (another claimer holds or took them) is followed by the next one, within this call,
-      // since a short batch tells the dispatcher nothing more is pending. Every slice holds
-      // `limit` ids (the last one overlaps the one before).
-      const slices = Math.ceil(within.length / req.limit);
-      const last = Math.max(0, within.length - req.limit);
+      // every row it reads before the LIMIT applies. It is given `limit` ids of the window at a
+      // time, oldest first, leaving out those other claims of this process are locking or have
+      // just leased (the dispatcher claims ahead, so two claims often read the same window).
+      // Claims of other processes cannot be seen: ids that yield fewer rows than asked (another
+      // claimer holds or took them) are followed by the next ones of the window, within this
+      // call, since a short batch tells the dispatcher nothing more is pending.
+      const tried = new Set<unknown>();
       const claimed: Row[] = [];
-      for (let i = 0; i < slices && claimed.length < req.limit; i++) {
-        const start = Math.min(((slot + i) % slices) * req.limit, last);
-        const rows = yield* this.claimWithin(
-          { ...req, limit: req.limit - claimed.length },
-          candidates,
-          within.slice(start, start + req.limit),
-        );
-        claimed.push(...rows.map((r) => MysqlDialect.unpackClaimed(r)));
+      while (claimed.length < req.limit) {
+        const taken = this.takenSince(since);
+        const ids: unknown[] = [];
+        for (const id of within) {
+          if (ids.length === req.limit) break;
+          if (!tried.has(id) && !taken(id)) ids.push(id);
+        }
+        if (ids.length === 0) break;
+        for (const id of ids) {
+          tried.add(id);
+          this.claiming.add(id);
+        }
+        let rows: Row[];
+        try {
+          rows = yield* this.claimWithin(
+            { ...req, limit: req.limit - claimed.length },
+            candidates,
+            ids,
+          );
+        } finally {
+          for (const id of ids) this.claiming.delete(id);
+        }
+        this.claimsDone++;
+        if (rows.length > 0) {
+          this.leasedRecently.push({ done: this.claimsDone, ids: rows.map((r) => r.id) });
+        }
+        for (const r of rows) claimed.push(MysqlDialect.unpackClaimed(r));
       }
       return claimed;
     }
