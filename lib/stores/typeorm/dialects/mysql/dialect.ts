@@ -27,6 +27,13 @@ const LOCK_TAG = 'nestjs-outbox:';
 
 /** Candidates read per claim, as a multiple of the limit, for concurrent claimers to share. */
 const CLAIM_WINDOW = 4;
+/**
+ * MariaDB's one-statement claim reads a smaller window while no other claimer gets in its way:
+ * the multiple of the limit falls by this much per claim that got every row it asked for, down
+ * to 1 (plus the ids this process's own claims are locking), and is back at `CLAIM_WINDOW` after
+ * a claim statement that got fewer rows than ids it was given (another claimer took or holds them).
+ */
+const CLAIM_WINDOW_DECAY = 0.25;
 
 /** The columns MariaDB's claim copies onto the rows it leases (every NOT NULL one without default). */
 const CLAIM_COPY =
@@ -252,13 +259,20 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   private claimsDone = 0;
   /** `claimsDone` when each running claim read its window. */
   private readonly claimsSince: number[] = [];
+  /** The window's multiple of the limit on MariaDB (see `CLAIM_WINDOW_DECAY`). */
+  private windowFactor = CLAIM_WINDOW;
+
+  /** The limits of the claims of this dialect instance running now, summed. */
+  private runningLimits = 0;
 
   *claim(req: ClaimPlanRequest, candidates: ClaimCandidates, columns: SqlText): Plan<Row[]> {
     const since = this.claimsDone;
     this.claimsSince.push(since);
+    this.runningLimits += req.limit;
     try {
       return yield* this.claimAs(since, req, candidates, columns);
     } finally {
+      this.runningLimits -= req.limit;
       this.claimsSince.splice(this.claimsSince.indexOf(since), 1);
       // Leases older than every running claim's window read are not in any window.
       const oldest = this.claimsSince.length > 0 ? Math.min(...this.claimsSince) : this.claimsDone;
@@ -285,12 +299,21 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     // A locking read that has to sort locks every row it reads before sorting, so claimers would
     // queue behind each other. Pick a window without locks first, then lock within it by primary
     // key; the conditions are checked again on the locked rows.
-    const { rows: window } = yield candidates({
-      limit: req.limit * CLAIM_WINDOW,
-      lock: false,
-    });
+    // The window read costs the server more than the claim statement (each candidate is read by
+    // primary key to test it): on MariaDB, while claims meet no other claimer, it holds the
+    // limit plus the limits of this process's other running claims (whatever their phase, the
+    // ids they lock or lease may be in this window and are left out, see `takenSince`).
+    const oneStatement = this.mariadb && this.oneStatementClaim !== false;
+    const others = this.runningLimits - req.limit;
+    const windowSize = oneStatement
+      ? Math.ceil(req.limit * this.windowFactor) + others
+      : req.limit * CLAIM_WINDOW;
+    const { rows: window } = yield candidates({ limit: windowSize, lock: false });
     if (window.length === 0) return [];
-    const within = window.map((r) => r.id);
+    let within = window.map((r) => r.id);
+    // A full window read smaller than `CLAIM_WINDOW` limits may run out of untaken ids (a claim
+    // of this process that started after it took some): then the full size is read once more.
+    let reread = window.length === windowSize && windowSize < req.limit * CLAIM_WINDOW + others;
     if (this.mariadb && this.oneStatementClaim === undefined) {
       const { rows } = yield sql`SELECT @@SESSION.binlog_format AS format`;
       this.oneStatementClaim = String(rows[0]?.format ?? '').toUpperCase() !== 'STATEMENT';
@@ -308,6 +331,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
       // call, since a short batch tells the dispatcher nothing more is pending.
       const tried = new Set<unknown>();
       const claimed: Row[] = [];
+      let contended = false;
       while (claimed.length < req.limit) {
         const taken = this.takenSince(since);
         const ids: unknown[] = [];
@@ -315,7 +339,14 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
           if (ids.length === req.limit) break;
           if (!tried.has(id) && !taken(id)) ids.push(id);
         }
-        if (ids.length === 0) break;
+        if (ids.length === 0) {
+          if (!reread) break;
+          reread = false;
+          contended = true;
+          within = (yield candidates({ limit: req.limit * CLAIM_WINDOW + others, lock: false }))
+            .rows.map((r) => r.id);
+          continue;
+        }
         for (const id of ids) {
           tried.add(id);
           this.claiming.add(id);
@@ -331,11 +362,15 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
           for (const id of ids) this.claiming.delete(id);
         }
         this.claimsDone++;
+        if (rows.length < Math.min(ids.length, req.limit - claimed.length)) contended = true;
         if (rows.length > 0) {
           this.leasedRecently.push({ done: this.claimsDone, ids: rows.map((r) => r.id) });
         }
         for (const r of rows) claimed.push(MysqlDialect.unpackClaimed(r));
       }
+      this.windowFactor = contended
+        ? CLAIM_WINDOW
+        : Math.max(1, this.windowFactor - CLAIM_WINDOW_DECAY);
       return claimed;
     }
     const { rows: picked } = yield candidates({ limit: req.limit, lock: true, within });
