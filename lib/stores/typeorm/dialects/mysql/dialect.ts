@@ -214,9 +214,8 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     const D = this.tables.deliveries;
     const ids = list(leases.map((l) => l.deliveryId));
     if (this.mariadb) {
-      return (
-        yield sql`DELETE FROM ${D} WHERE id IN (${ids}) AND status = 'leased' AND lease_until > ${this.now} AND (${MysqlDialect.leasesByOwner(leases)}) RETURNING id`
-      ).rows;
+      return (yield sql`DELETE FROM ${D} WHERE id IN (${ids}) AND status = 'leased' AND lease_until > ${this.now} AND (${MysqlDialect.leasesByOwner(leases)}) RETURNING id`)
+        .rows;
     }
     const where = sql`id IN (${ids}) AND status = 'leased' AND lease_until > ${this.now} AND (${leasePairs(leases)})`;
     const { rows } = yield sql`SELECT id FROM ${D} ${this.byId} WHERE ${where} FOR UPDATE`;
@@ -343,8 +342,10 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
           if (!reread) break;
           reread = false;
           contended = true;
-          within = (yield candidates({ limit: req.limit * CLAIM_WINDOW + others, lock: false }))
-            .rows.map((r) => r.id);
+          within = (yield candidates({
+            limit: req.limit * CLAIM_WINDOW + others,
+            lock: false,
+          })).rows.map((r) => r.id);
           continue;
         }
         for (const id of ids) {
