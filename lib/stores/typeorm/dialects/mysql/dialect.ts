@@ -1,3 +1,4 @@
+import { QueryFailedError, QueryRunner } from 'typeorm';
 import { mysqlDdl, mysqlTextCollation } from './ddl';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
 import { join, list, raw, sql, SqlText } from '../../sql';
@@ -21,6 +22,7 @@ import {
   RunOptions,
   SqlDialect,
   SchemaDdl,
+  StatementResult,
 } from '../sql-dialect';
 
 const LOCK_TAG = 'nestjs-outbox:';
@@ -38,6 +40,29 @@ const CLAIM_WINDOW_DECAY = 0.25;
 /** The columns MariaDB's claim copies onto the rows it leases (every NOT NULL one without default). */
 const CLAIM_COPY =
   'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors';
+
+/**
+ * Two statements for one connection, queued on it together: the second is sent the moment the
+ * first one's answer arrives, not after that answer has made its way back through the event
+ * loop, the promise chain and the plan. Its result is the second's.
+ */
+class BackToBack extends SqlText {
+  constructor(
+    readonly first: SqlText,
+    readonly second: SqlText,
+  ) {
+    super(second.text, second.params);
+  }
+}
+
+/** The callback API of the mysql2 connection under a TypeORM MySQL query runner. */
+interface Mysql2Connection {
+  query(
+    text: string,
+    params: unknown[],
+    callback: (error: unknown, result: unknown) => void,
+  ): unknown;
+}
 
 /** `2026-01-02 03:04:05.678` in UTC, the literal form of a `DATETIME(3)`. */
 function utcLiteral(value: Date): string {
@@ -93,6 +118,36 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     if (stmt.text.includes('??'))
       throw new Error(`nestjs-outbox: ambiguous placeholder in ${stmt.text}`);
     return { text: stmt.text, params: [...stmt.params] };
+  }
+
+  /**
+   * `BackToBack` statements go to the mysql2 connection directly, both queued before either
+   * answer comes back (TypeORM's `query` awaits its subscribers before it sends, so two calls
+   * could reach the connection in either order). They are logged like TypeORM's own. When the
+   * second statement ran, its result is returned even if the first failed: it may have leased rows.
+   */
+  protected override exec(runner: QueryRunner, stmt: SqlText): Promise<StatementResult> {
+    if (!(stmt instanceof BackToBack)) return super.exec(runner, stmt);
+    return this.execBackToBack(runner, stmt);
+  }
+
+  private async execBackToBack(runner: QueryRunner, stmt: BackToBack): Promise<StatementResult> {
+    const connection = (await runner.connect()) as Mysql2Connection;
+    const send = (part: SqlText) => {
+      const { text, params } = this.compile(part);
+      this.ctx.dataSource.logger.logQuery(text, params, runner);
+      return new Promise<unknown>((resolve, reject) => {
+        connection.query(text, params, (error, result) =>
+          error ? reject(new QueryFailedError(text, params, error as Error)) : resolve(result),
+        );
+      });
+    };
+    const [, second] = await Promise.allSettled([send(stmt.first), send(stmt.second)]);
+    if (second.status === 'rejected') throw second.reason;
+    const result = second.value as { affectedRows?: number } | Row[];
+    return Array.isArray(result)
+      ? { rows: result, affected: result.length }
+      : { rows: [], affected: result.affectedRows ?? 0 };
   }
 
   protected isDeadlock(error: unknown): boolean {
@@ -401,9 +456,14 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     candidates: ClaimCandidates,
     ids: unknown[],
   ): Plan<Row[]> {
-    yield sql`SET TRANSACTION ISOLATION LEVEL READ COMMITTED`;
     try {
-      return (yield this.claimStatement(req, candidates, ids)).rows;
+      // Sent back to back: one wait for the event loop instead of two. The SET fails only with
+      // its connection (a pooled connection in autocommit has no transaction in progress), and
+      // the claim statement with it.
+      return (yield new BackToBack(
+        sql`SET TRANSACTION ISOLATION LEVEL READ COMMITTED`,
+        this.claimStatement(req, candidates, ids),
+      )).rows;
     } catch (error) {
       try {
         yield sql`SET SESSION tx_isolation = @@SESSION.tx_isolation`;
