@@ -506,7 +506,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
       columns: raw(CLAIM_COPY.replace(/(\w+)/g, 'c.$1')),
     })}
 ON DUPLICATE KEY UPDATE status = 'leased', attempts = ${own('attempts')} + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
-RETURNING id, handler, attempts, lease_owner, lease_token, ${this.timeOut(raw('lease_until'))} AS lease_until, event_seq, ${event} AS event`;
+RETURNING id, handler, attempts, ${this.timeOut(raw('lease_until'))} AS lease_until, event_seq, ${event} AS event`;
   }
 
   /**
@@ -522,8 +522,6 @@ RETURNING id, handler, attempts, lease_owner, lease_token, ${this.timeOut(raw('l
       id: row.id,
       handler: row.handler,
       attempts: row.attempts,
-      lease_owner: row.lease_owner,
-      lease_token: row.lease_token,
       lease_until: row.lease_until,
       event_seq: row.event_seq,
       event_id: e[0],
