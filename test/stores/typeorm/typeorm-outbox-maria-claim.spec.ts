@@ -142,6 +142,37 @@ describeWithService(SERVICE_OF.mariadb, 'typeorm MariaDB claim', () => {
     expect(await claimOf(b, 'w')).toHaveLength(1);
   });
 
+  it('gives claims of one process that overlap in any order full, disjoint batches', async () => {
+    // ds1 has two connections, so two claims of one store run at once. The window a claim reads
+    // shrinks while claims meet no other claimer: it must still hold a full batch beside the ids
+    // the other running claim is locking, whichever started or finished first.
+    const one = new TypeOrmOutboxStore(ds1, { tablePrefix: a.tables.prefix });
+    for (let i = 0; i < 12; i++)
+      await a.store.append(Array.from({ length: 100 }, () => event(null)));
+    const seen = new Set<string>();
+    const sizes: number[] = [];
+    const take = async () => {
+      const got = await claimOf(one, 'w', 50);
+      sizes.push(got.length);
+      for (const c of got) {
+        expect(seen.has(c.id)).toBe(false);
+        seen.add(c.id);
+      }
+    };
+    // Pairs started together, then a chain where each claim starts when the one before the
+    // previous has finished (always one running beside it).
+    for (let round = 0; round < 6; round++) await Promise.all([take(), take()]);
+    let running = take();
+    for (let i = 0; i < 10; i++) {
+      const next = take();
+      await running;
+      running = next;
+    }
+    await running;
+    expect(sizes).toEqual(Array(sizes.length).fill(50));
+    expect(seen.size).toBe(23 * 50);
+  }, 60_000);
+
   it('lets claimers of two processes take full batches from one backlog', async () => {
     const other = new TypeOrmOutboxStore(ds1, { tablePrefix: a.tables.prefix });
     for (let i = 0; i < 10; i++)
