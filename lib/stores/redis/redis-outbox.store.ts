@@ -602,8 +602,9 @@ function grouped(leases: Lease[]): Lease[] {
 
 /**
  * The claim script's reply: 10 fields per delivery, in one flat list: id, handler (its position in
- * `names`), attempt, event id, type (its position in `types`, or the text of a type the claim did
- * not name), key, payload, headers (0: none), occurredAt, availableAt (integers). A function of
+ * `names`), attempt, event id, type (its position in `types`, or `=` and the text of a type the
+ * claim did not name), key, payload, headers (0: none), occurredAt, availableAt (integers).
+ * Integers may come as strings (ioredis' `stringNumbers` option). A function of
  * its own, not a loop in the async `claim` (measured: the loop there cost more).
  */
 function decodeClaim(
@@ -626,10 +627,10 @@ function decodeClaim(
       attempt: Number(flat[i + 2]),
       event: {
         id: String(flat[i + 3]),
-        type: typeof type === 'number' ? types[type - 1] : String(type),
+        type: readType(type, types),
         payload: JSON.parse(String(flat[i + 6])),
         key: key === null ? null : String(key),
-        headers: hd === 0 ? {} : parseHeaders(hd),
+        headers: hd === 0 || hd === '0' ? {} : parseHeaders(hd),
         occurredAt: new Date(Number(flat[i + 8])),
         availableAt: new Date(Number(flat[i + 9])),
       },
@@ -638,6 +639,13 @@ function decodeClaim(
     };
   }
   return out;
+}
+
+/** A claimed delivery's type: a position in `types`, or `=` and a type the claim did not name. */
+function readType(value: unknown, types: string[]): string {
+  if (typeof value === 'number') return types[value - 1];
+  const text = String(value);
+  return text.startsWith('=') ? text.slice(1) : types[Number(text) - 1];
 }
 
 /** Headers as stored (JSON); most events have none, so `{}` skips the parser. */

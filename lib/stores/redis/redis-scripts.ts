@@ -502,7 +502,8 @@ local function take(sq, hi, cand)
   local e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa', 'av')
   -- The token and the lease deadline are the same for every row: the client knows both. What it
   -- knows or can read as a number is sent as an integer (no string for it to allocate): the
-  -- handler's and the type's positions in the arguments (a type not among them, as text), the
+  -- handler's and the type's positions in the arguments (a type not among them, as '=' and its
+  -- text: a client that reads integers as strings, ioredis' stringNumbers, still tells them apart), the
   -- times, and 0 for the usual empty headers '{}'.
   local hd = e[2]
   if hd == '{}' then hd = 0 end
@@ -512,7 +513,7 @@ local function take(sq, hi, cand)
   out[o + 2] = hi
   out[o + 3] = at
   out[o + 4] = f[2]
-  out[o + 5] = tpos[t] or t
+  out[o + 5] = tpos[t] or ('=' .. t)
   out[o + 6] = f[1]
   out[o + 7] = e[1]
   out[o + 8] = hd

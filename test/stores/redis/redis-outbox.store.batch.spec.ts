@@ -57,15 +57,18 @@ function strip(e: AppendableEvent) {
 
 describeWithService('redis', 'RedisOutboxStore batches', () => {
   let client: Redis;
+  let stringNumbers: Redis;
   let prefix: string;
 
   beforeEach(() => {
     client = connect();
+    stringNumbers = new Redis({ ...client.options, stringNumbers: true });
     prefix = uniquePrefix('batch');
   });
   afterEach(async () => {
     await dropPrefix(client, prefix);
     await client.quit();
+    await stringNumbers.quit();
   });
 
   it('claims a batch of 200 in one script call and acknowledges it in one more', async () => {
@@ -139,25 +142,31 @@ describeWithService('redis', 'RedisOutboxStore batches', () => {
     expect(await client.exists(`{${prefix}}:e:${e.id}`)).toBe(0);
   });
 
-  it('decodes every field of a claimed delivery, including a type its handler does not list and headers', async () => {
-    const store = new RedisOutboxStore({ client, prefix });
-    const at = new Date(Date.now() - 60_000);
-    const plain = { ...event('t1', ['A', 'B'], 'k1'), occurredAt: at, availableAt: at };
-    const other = { ...event('t9', ['B']), headers: { traceparent: 'x', empty: '' } };
-    await store.append([plain, other]);
-    const claimed = await store.claim({
-      workerId: 'w1',
-      handlers: [A, B],
-      limit: 10,
-      leaseMs: 60_000,
-    });
-    const got = claimed.map((c) => ({ handler: c.handler, attempt: c.attempt, event: c.event }));
-    expect(got).toEqual([
-      { handler: 'A', attempt: 1, event: strip(plain) },
-      { handler: 'B', attempt: 1, event: strip(plain) },
-      { handler: 'B', attempt: 1, event: { ...strip(other), availableAt: expect.any(Date) } },
-    ]);
-  });
+  it.each([
+    ['', () => client],
+    [' (a client reading integers as strings: ioredis stringNumbers)', () => stringNumbers],
+  ])(
+    'decodes every field of a claimed delivery, including a type its handler does not list and headers%s',
+    async (_, use) => {
+      const store = new RedisOutboxStore({ client: use(), prefix });
+      const at = new Date(Date.now() - 60_000);
+      const plain = { ...event('t1', ['A', 'B'], 'k1'), occurredAt: at, availableAt: at };
+      const other = { ...event('t9', ['B']), headers: { traceparent: 'x', empty: '' } };
+      await store.append([plain, other]);
+      const claimed = await store.claim({
+        workerId: 'w1',
+        handlers: [A, B],
+        limit: 10,
+        leaseMs: 60_000,
+      });
+      const got = claimed.map((c) => ({ handler: c.handler, attempt: c.attempt, event: c.event }));
+      expect(got).toEqual([
+        { handler: 'A', attempt: 1, event: strip(plain) },
+        { handler: 'B', attempt: 1, event: strip(plain) },
+        { handler: 'B', attempt: 1, event: { ...strip(other), availableAt: expect.any(Date) } },
+      ]);
+    },
+  );
 
   it('keeps per-type counters exact across batched claims and acks, and drops those that reach zero', async () => {
     const store = new RedisOutboxStore({ client, prefix });
