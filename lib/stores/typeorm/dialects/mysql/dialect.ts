@@ -1,4 +1,4 @@
-import { QueryFailedError, QueryRunner } from 'typeorm';
+import type { QueryRunner } from 'typeorm';
 import { mysqlDdl, mysqlTextCollation } from './ddl';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
 import { join, list, raw, sql, SqlText } from '../../sql';
@@ -138,7 +138,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
       this.ctx.dataSource.logger.logQuery(text, params, runner);
       return new Promise<unknown>((resolve, reject) => {
         connection.query(text, params, (error, result) =>
-          error ? reject(new QueryFailedError(text, params, error as Error)) : resolve(result),
+          error ? reject(queryFailed(text, params, error)) : resolve(result),
         );
       });
     };
@@ -564,4 +564,10 @@ RETURNING id, handler, attempts, ${this.timeOut(raw('lease_until'))} AS lease_un
   protected ddl(): SchemaDdl {
     return mysqlDdl(this.tables, this.collation);
   }
+}
+
+/** The error TypeORM would throw for a failed statement (typeorm loaded only when one fails). */
+function queryFailed(text: string, params: unknown[], error: unknown): Error {
+  const { QueryFailedError } = require('typeorm') as typeof import('typeorm');
+  return new QueryFailedError(text, params, error as Error);
 }
