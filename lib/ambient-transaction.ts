@@ -1,4 +1,4 @@
-import type { ModuleRef } from '@nestjs/core';
+import { DiscoveryService, type ModuleRef } from '@nestjs/core';
 import type { DataSource, EntityManager } from 'typeorm';
 import { currentInboxScope } from './inbox/inbox.context';
 
@@ -68,18 +68,48 @@ export class AmbientTransactions {
       // ClsPluginTransactional has, by then. Loading it here for an app that did not would turn on
       // nestjs-cls's AsyncLocalStorage, which puts async hooks on every promise of the process.
       const path = require.resolve('@nestjs-cls/transactional');
-      if (!require.cache[path]) return (this.host = null);
-      token = (require(path) as typeof import('@nestjs-cls/transactional')).TransactionHost;
+      if (require.cache[path]) {
+        token = (require(path) as typeof import('@nestjs-cls/transactional')).TransactionHost;
+      }
     } catch {
-      // Not installed (or its peer nestjs-cls is missing): no ambient transactions to find.
-      return (this.host = null);
+      // Not installed here (or its peer nestjs-cls is missing), or bundled into the app.
     }
+    // A copy this module cannot see in require.cache (an app bundle, an isolated module
+    // registry): found by its class among the app's providers, so a @Transactional() transaction
+    // is never missed (appending outside it would commit the event on its own).
+    this.host = token ? this.hostByToken(token) : this.hostByClassName();
+    return this.host;
+  }
+
+  private hostByToken(token: unknown): TransactionHostLike | null {
     try {
-      this.host = this.moduleRef.get(token as never, { strict: false }) as TransactionHostLike;
+      return this.moduleRef.get(token as never, { strict: false }) as TransactionHostLike;
     } catch {
       // Installed but the app did not register ClsPluginTransactional.
-      this.host = null;
+      return null;
     }
-    return this.host;
+  }
+
+  /** The default `TransactionHost` provider (its class is its token), if the app has one. */
+  private hostByClassName(): TransactionHostLike | null {
+    let discovery: DiscoveryService;
+    try {
+      discovery = this.moduleRef.get(DiscoveryService, { strict: false });
+    } catch {
+      return null;
+    }
+    for (const wrapper of discovery.getProviders()) {
+      const type = wrapper.metatype as { name?: string } | null | undefined;
+      const host = wrapper.instance as Partial<TransactionHostLike> | undefined;
+      if (
+        type?.name === 'TransactionHost' &&
+        wrapper.token === type &&
+        host &&
+        typeof host.isTransactionActive === 'function'
+      ) {
+        return host as TransactionHostLike;
+      }
+    }
+    return null;
   }
 }
