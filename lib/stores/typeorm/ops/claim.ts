@@ -100,8 +100,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
 
   /** The SQL parts of a set of subscriptions, built once per distinct set. */
   private shapeOf(request: ClaimRequest): ClaimShape {
-    let key = '';
-    for (const h of request.handlers) key += `${h.name}\u0000${h.types.join('\u0001')}\u0002`;
+    const key = JSON.stringify(request.handlers.map((h) => [h.name, h.types]));
     let shape = this.shapes.get(key);
     if (!shape) {
       const names = [...new Set(request.handlers.map((h) => h.name))];

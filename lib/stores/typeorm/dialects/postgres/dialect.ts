@@ -88,7 +88,12 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     if (text === undefined) {
       let i = 0;
       text = stmt.text.replace(/\?/g, () => `$${++i}`);
-      if (stmt.prepare) this.compiled.set(stmt.text, text);
+      if (stmt.prepare) {
+        // Prepared texts are few (one per statement shape); the bound guards a caller that
+        // makes new ones without end.
+        if (this.compiled.size >= 1000) this.compiled.clear();
+        this.compiled.set(stmt.text, text);
+      }
     }
     return { text, params: [...stmt.params] };
   }
@@ -132,7 +137,9 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   }
 
   readTime(value: unknown): Date {
-    if (typeof value === 'number') return new Date(value);
+    // (Rounded: before PostgreSQL 14, extract() computes in double precision and a time past
+    // 2038 can come back a hair under its millisecond.)
+    if (typeof value === 'number') return new Date(Math.round(value));
     return value instanceof Date ? value : new Date(value as string);
   }
 
