@@ -1,11 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
-import { DataSource, QueryRunner } from 'typeorm';
+import { DataSource } from 'typeorm';
 import { DuplicateEventError } from '../../../lib/errors/duplicate-event.error';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
 import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
-import { openDataSource, SERVICE_OF, storeFor, uniquePrefix } from './typeorm-test-helpers';
+import {
+  openDataSource,
+  SERVICE_OF,
+  storeFor,
+  uniquePrefix,
+  watchStatements,
+} from './typeorm-test-helpers';
 
 const A: HandlerSubscription = { name: 'A.handle', types: ['hot.event'] };
 const HISTORY = 100_000;
@@ -73,28 +79,14 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
     // Record the claim statement as the store sends it, then EXPLAIN ANALYZE it in a transaction
     // that is rolled back.
     const sent: Array<{ text: string; params: unknown[] }> = [];
-    const create = ds.createQueryRunner.bind(ds);
-    ds.createQueryRunner = (mode?: 'master' | 'slave'): QueryRunner => {
-      const runner = create(mode);
-      const query = runner.query.bind(runner);
-      runner.query = ((text: string, params?: unknown[], structured?: boolean) => {
-        if (/lease_token = /.test(text) && /SKIP LOCKED/.test(text))
-          sent.push({ text, params: params ?? [] });
-        return query(text, params, structured as true);
-      }) as QueryRunner['query'];
-      return runner;
-    };
-    try {
-      const claimed = await store.claim({
-        workerId: 'w',
-        handlers: [A],
-        limit: 10,
-        leaseMs: 60_000,
-      });
-      expect(claimed).toHaveLength(5); // one per key: the first of each of 5 keys
-    } finally {
-      ds.createQueryRunner = create;
-    }
+    const claimed = await watchStatements(
+      ds,
+      (text, params) => {
+        if (/lease_token = /.test(text) && /SKIP LOCKED/.test(text)) sent.push({ text, params });
+      },
+      () => store.claim({ workerId: 'w', handlers: [A], limit: 10, leaseMs: 60_000 }),
+    );
+    expect(claimed).toHaveLength(5); // one per key: the first of each of 5 keys
     expect(sent).toHaveLength(1);
     const runner = ds.createQueryRunner();
     let plan: PlanNode;
@@ -155,27 +147,18 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
     });
     expect(claimed).toHaveLength(300);
     const sent: Array<{ text: string; params: unknown[] }> = [];
-    const create = ds.createQueryRunner.bind(ds);
-    ds.createQueryRunner = (mode?: 'master' | 'slave'): QueryRunner => {
-      const runner = create(mode);
-      const query = runner.query.bind(runner);
-      runner.query = ((text: string, params?: unknown[], structured?: boolean) => {
-        if (/DELETE FROM/.test(text) && /lease_token/.test(text))
-          sent.push({ text, params: params ?? [] });
-        return query(text, params, structured as true);
-      }) as QueryRunner['query'];
-      return runner;
-    };
     // One lease refused: the right id with another worker's token.
     const leases = claimed.map((c) => c.lease);
     leases[7] = { ...leases[7], token: randomUUID() };
-    try {
-      const acked = await store.ackMany(leases.slice(0, 150));
-      expect(acked).toHaveLength(149);
-      expect(acked).not.toContain(leases[7].deliveryId);
-    } finally {
-      ds.createQueryRunner = create;
-    }
+    const acked = await watchStatements(
+      ds,
+      (text, params) => {
+        if (/DELETE FROM/.test(text) && /lease_token/.test(text)) sent.push({ text, params });
+      },
+      () => store.ackMany(leases.slice(0, 150)),
+    );
+    expect(acked).toHaveLength(149);
+    expect(acked).not.toContain(leases[7].deliveryId);
     expect(sent).toHaveLength(1);
     // The plan the server reuses for a prepared statement after five executions: parameters
     // unknown to the planner (PostgreSQL 15 has no EXPLAIN (GENERIC_PLAN)).

@@ -1,10 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
-import { DataSource, QueryRunner } from 'typeorm';
+import { DataSource } from 'typeorm';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
 import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
-import { openDataSource, SERVICE_OF, storeFor, uniquePrefix } from './typeorm-test-helpers';
+import {
+  openDataSource,
+  SERVICE_OF,
+  storeFor,
+  uniquePrefix,
+  watchStatements,
+} from './typeorm-test-helpers';
 
 const A: HandlerSubscription = { name: 'A.handle', types: ['race.event'] };
 const COUNT = 1_100; // more than one replay batch (1,000)
@@ -68,30 +74,18 @@ describeWithService(SERVICE_OF.postgres, 'typeorm replay by filter', () => {
     // After the replay's first batch is written, a worker claims what it moved back and
     // dead-letters it again before the replay reads its next batch.
     const dl = h.tables.deadLetters.text.replace(/"/g, '');
-    const create = ds.createQueryRunner.bind(ds);
     let batches = 0;
     let failedAgain = 0;
-    ds.createQueryRunner = (mode?: 'master' | 'slave'): QueryRunner => {
-      const runner = create(mode);
-      const query = runner.query.bind(runner);
-      runner.query = (async (text: string, params?: unknown[], structured?: boolean) => {
-        const result = await query(text, params, structured as true);
-        if (
-          /WITH moved AS \(DELETE FROM/.test(text) &&
-          text.replace(/"/g, '').includes(`DELETE FROM ${dl}`)
-        ) {
-          if (batches++ === 0) failedAgain = await fail('w2');
+    const replayed = await watchStatements(
+      ds,
+      async (text) => {
+        const moved = /WITH moved AS \(DELETE FROM/.test(text);
+        if (moved && text.replace(/"/g, '').includes(`DELETE FROM ${dl}`) && batches++ === 0) {
+          failedAgain = await fail('w2');
         }
-        return result;
-      }) as QueryRunner['query'];
-      return runner;
-    };
-    let replayed: number;
-    try {
-      replayed = await store.replay({ filter: { type: 'race.event' } });
-    } finally {
-      ds.createQueryRunner = create;
-    }
+      },
+      () => store.replay({ filter: { type: 'race.event' } }),
+    );
     expect(failedAgain).toBe(1_000);
     expect(replayed).toBe(COUNT);
     // What failed again during the replay is still a dead letter, for a later replay.

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { DataSource, DataSourceOptions } from 'typeorm';
+import { DataSource, DataSourceOptions, QueryRunner } from 'typeorm';
 import { ServiceName, SERVICES } from '../../support/services';
 import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
@@ -83,4 +83,32 @@ export function claimInTransaction(store: TypeOrmOutboxStore): TypeOrmOutboxStor
     .dialect;
   if ('oneStatementClaim' in dialect) dialect.oneStatementClaim = false;
   return store;
+}
+
+/**
+ * Runs `body` while every statement sent through the DataSource's query runners is shown to
+ * `after` once it has returned (its text, parameters and the caller's wait), then restores them.
+ * Tests record or EXPLAIN what the store sends, or act between two of its statements.
+ */
+export async function watchStatements<T>(
+  ds: DataSource,
+  after: (text: string, params: unknown[]) => void | Promise<void>,
+  body: () => Promise<T>,
+): Promise<T> {
+  const create = ds.createQueryRunner.bind(ds);
+  ds.createQueryRunner = (mode?: 'master' | 'slave'): QueryRunner => {
+    const runner = create(mode);
+    const query = runner.query.bind(runner);
+    runner.query = (async (text: string, params?: unknown[], structured?: boolean) => {
+      const result = await query(text, params, structured as true);
+      await after(text, params ?? []);
+      return result;
+    }) as QueryRunner['query'];
+    return runner;
+  };
+  try {
+    return await body();
+  } finally {
+    ds.createQueryRunner = create;
+  }
 }
