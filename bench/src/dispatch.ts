@@ -96,6 +96,7 @@ class Counter {
   /** CPU ms of the PostgreSQL backends serving the bench database, at t0 and at the N-th call. */
   pg0: Map<number, number> | null = null;
   pg1: Map<number, number> | null = null;
+  private mono0 = 0n;
   get t0(): number {
     return this.start;
   }
@@ -103,6 +104,7 @@ class Counter {
     this.start = value;
     this.cpu0 = process.cpuUsage();
     this.pg0 = postgresBackendCpu(PG.database);
+    this.mono0 = process.hrtime.bigint();
   }
   readonly hit = (): void => {
     this.handled++;
@@ -110,6 +112,12 @@ class Counter {
       this.t1 = now();
       this.cpu1 = process.cpuUsage(this.cpu0 ?? undefined);
       this.pg1 = postgresBackendCpu(PG.database);
+      // The drain's window on the monotonic clock V8's profiler stamps samples with: with
+      // `node --cpu-prof`, the samples between these two are the drain's (no fill, no bootstrap).
+      if (process.env.BENCH_DRAIN_WINDOW) {
+        const us = (t: bigint) => String(t / 1000n);
+        console.error(`BENCH_DRAIN_WINDOW ${us(this.mono0)} ${us(process.hrtime.bigint())}`);
+      }
     }
   };
   wait(what: string): Promise<void> {
