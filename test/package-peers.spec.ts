@@ -34,12 +34,24 @@ function installedVersion(dir: string): string {
   return manifest.version;
 }
 
-/** Installed copies of a package: itself and its npm aliases. */
+/**
+ * NestJS 12 is ESM-only: it cannot sit in the root install next to 11 (Jest loads neither through
+ * the other's registry), so `test/fit/nest12` declares it in a package.json of its own, which
+ * test/fit/nest12.spec.ts installs and runs an app on. Its lowest declared version stands for it.
+ */
+const fit = JSON.parse(
+  readFileSync(join(root, 'test', 'fit', 'nest12', 'package.json'), 'utf8'),
+) as {
+  dependencies: Record<string, string>;
+};
+
+/** Installed copies of a package: itself, its npm aliases, and its NestJS 12 fit version. */
 function copiesOf(name: string): string[] {
   const aliases = Object.entries(pkg.devDependencies)
     .filter(([, spec]) => spec.startsWith(`npm:${name}@`))
     .map(([alias]) => alias);
-  return [name, ...aliases].map(installedVersion);
+  const inFit = fit.dependencies[name]?.replace(/^\^/, '');
+  return [...[name, ...aliases].map(installedVersion), ...(inFit ? [inFit] : [])];
 }
 
 describe('peer dependency ranges', () => {
@@ -50,6 +62,17 @@ describe('peer dependency ranges', () => {
     expect(satisfies('1.1.1', '^0.3.20 || ^1.0.0')).toBe(true);
     expect(satisfies('2.0.0', '^0.3.20 || ^1.0.0')).toBe(false);
     expect(satisfies('30.5.2', '>=29')).toBe(true);
+  });
+
+  it('accepts NestJS 11 and 12', () => {
+    for (const name of [
+      '@nestjs/common',
+      '@nestjs/core',
+      '@nestjs/typeorm',
+      '@nestjs/microservices',
+    ])
+      expect([name, pkg.peerDependencies[name]]).toEqual([name, '^11.0.0 || ^12.0.0']);
+    expect(pkg.peerDependencies['@nestjs/schedule']).toBe('^6.0.0 || ^12.0.0');
   });
 
   it('accepts typeorm 0.3 and 1, and class-validator 0.14 and 0.15', () => {
