@@ -56,7 +56,7 @@ export function validateEvent(
   input: OutboxEventInput,
   limits: OutboxLimits,
   path: string,
-): Omit<AppendableEvent, 'handlers'> {
+): AppendableEvent {
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
     throw new OutboxValidationError(path, 'expected an event object { type, payload, ... }');
   }
@@ -109,7 +109,9 @@ export function validateEvent(
   if (serialized === undefined) {
     throw new OutboxValidationError(`${path}.payload`, 'is not JSON-serializable');
   }
-  const bytes = Buffer.byteLength(serialized, 'utf8');
+  // A UTF-16 unit is at most 3 bytes of UTF-8: only a text that could exceed the limit is counted.
+  const bytes =
+    serialized.length * 3 <= limits.payloadMaxBytes ? 0 : Buffer.byteLength(serialized, 'utf8');
   if (bytes > limits.payloadMaxBytes) {
     throw new OutboxValidationError(
       `${path}.payload`,
@@ -154,11 +156,15 @@ export function validateEvent(
     // Lower-case, so every store (PostgreSQL returns uuid columns lower-cased) agrees on ids.
     id: (id ?? randomUUID()).toLowerCase(),
     type,
-    // Round-trip through JSON so what is stored is exactly what handlers will read back.
+    // Round-trip through JSON so what is stored is exactly what handlers will read back; the
+    // text is what the store writes (serialized once).
     payload: JSON.parse(serialized),
+    payloadJson: serialized,
     key: key ?? null,
     headers: normalizedHeaders,
     occurredAt: toDate(`${path}.occurredAt`, input.occurredAt) ?? new Date(),
     availableAt: toDate(`${path}.availableAt`, input.availableAt),
+    // The service fills in the handlers registered for the type.
+    handlers: [],
   };
 }

@@ -75,14 +75,16 @@ export class OutboxService {
     stamp: ((headers: OutboxEventInput['headers']) => Record<string, string>) | null,
   ): Promise<OutboxEvent<T> | OutboxEvent<T>[]> {
     const { limits } = this.options;
-    const events: AppendableEvent[] = list.map((e, i) => {
-      const valid = validateEvent(e, limits, single ? 'event' : `events[${i}]`);
+    const events: AppendableEvent[] = new Array(list.length);
+    for (let i = 0; i < list.length; i++) {
+      const valid = validateEvent(list[i], limits, single ? 'event' : `events[${i}]`);
       // The trace context is added to the app's validated headers: it does not count against
       // their limits, and a value the limits would refuse (a long baggage) is left out.
       if (stamp)
         valid.headers = withTraceContext(valid.headers, stamp, limits.headerValueMaxLength);
-      return { ...valid, handlers: this.registry.handlerNamesFor(valid.type) };
-    });
+      valid.handlers = this.registry.handlerNamesFor(valid.type);
+      events[i] = valid;
+    }
     // Only SQL stores can join a transaction: memory ignores a manager, Redis refuses one.
     const ambient =
       options.manager === undefined && this.options.store.type === 'typeorm'

@@ -28,23 +28,28 @@ import { LeaseLostError } from '../errors/lease-lost.error';
  */
 export class DeferredOutboxStore implements OutboxStore {
   private opening: Promise<OutboxStore> | null = null;
+  /** The store once built: the hot calls skip a promise tick through `open()`. */
+  private opened: OutboxStore | null = null;
 
   constructor(private readonly create: () => Promise<OutboxStore>) {}
 
   /** Builds (once) and returns the real store; a failure is thrown and retried on the next call. */
   open(): Promise<OutboxStore> {
-    this.opening ??= this.create().catch((error: unknown) => {
-      this.opening = null;
-      throw error;
-    });
+    this.opening ??= this.create().then(
+      (store) => (this.opened = store),
+      (error: unknown) => {
+        this.opening = null;
+        throw error;
+      },
+    );
     return this.opening;
   }
 
   async append(events: AppendableEvent[], options?: StoreAppendOptions): Promise<OutboxEvent[]> {
-    return (await this.open()).append(events, options);
+    return (this.opened ?? (await this.open())).append(events, options);
   }
   async claim(request: ClaimRequest): Promise<ClaimedDelivery[]> {
-    return (await this.open()).claim(request);
+    return (this.opened ?? (await this.open())).claim(request);
   }
   async renew(lease: Lease, leaseMs: number): Promise<Lease> {
     return (await this.open()).renew(lease, leaseMs);
@@ -53,7 +58,7 @@ export class DeferredOutboxStore implements OutboxStore {
     return (await this.open()).ack(lease);
   }
   async ackMany(leases: Lease[]): Promise<string[]> {
-    const store = await this.open();
+    const store = this.opened ?? (await this.open());
     if (store.ackMany) return store.ackMany(leases);
     // A store without a batched ack: the acks run side by side, as they would without batching.
     const outcomes = await Promise.allSettled(leases.map((lease) => store.ack(lease)));

@@ -148,7 +148,7 @@ export class RedisOutboxStore implements OutboxStore {
     }
     if (events.length === 0) return [];
     const bodies = events.map((e) => ({
-      pl: JSON.stringify(e.payload ?? null),
+      pl: e.payloadJson ?? JSON.stringify(e.payload ?? null),
       hd: JSON.stringify(e.headers ?? {}),
     }));
     const bytes = bodies.reduce((sum, b) => sum + byteLength(b.pl) + byteLength(b.hd), 0);
@@ -186,7 +186,11 @@ export class RedisOutboxStore implements OutboxStore {
     return (result as Row[]).map(([oa, av], i) => ({
       id: events[i].id,
       type: events[i].type,
-      payload: structuredClone(events[i].payload),
+      // The service's validated payload is a parse of `payloadJson`, owned by no one else.
+      payload:
+        events[i].payloadJson === undefined
+          ? structuredClone(events[i].payload)
+          : events[i].payload,
       key: events[i].key ?? null,
       headers: { ...events[i].headers },
       occurredAt: new Date(Number(oa)),

@@ -69,6 +69,29 @@ function payloadsOn(dialect: TestDialect): void {
     const again = await tables.store.append([events[0]]);
     expect(again[0].id).toBe(events[0].id);
   }, 30_000);
+
+  it('writes the JSON text the service serialized (payloadJson) and returns its parse, one event and several', async () => {
+    // The service validates by serializing; the store writes that text rather than serializing
+    // again, and returns the payload the service parsed from it.
+    const withText = (payload: unknown): AppendableEvent => {
+      const text = JSON.stringify(payload);
+      return { ...event(JSON.parse(text)), payloadJson: text };
+    };
+    const one = withText({ n: 1, big: 1.5e300, s: 'ü "q" \\' });
+    const many = [withText({ n: 2 }), withText(null), withText(['x', { y: [1.5] }])];
+    const [storedOne] = await tables.store.append([one]);
+    const storedMany = await tables.store.append(many);
+    expect(storedOne.payload).toBe(one.payload);
+    expect(storedMany.map((e) => e.payload)).toEqual(many.map((e) => e.payload));
+    const claimed = await tables.store.claim({
+      workerId: 'w2',
+      handlers: [A],
+      limit: 10,
+      leaseMs: 30_000,
+    });
+    const byId = new Map(claimed.map((c) => [c.event.id, c.event.payload]));
+    for (const e of [one, ...many]) expect(JSON.stringify(byId.get(e.id))).toBe(e.payloadJson);
+  });
 }
 
 describe('typeorm large payloads [sqlite]', () => payloadsOn('sqlite'));

@@ -186,15 +186,45 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
    * unnest, no ordering), its deliveries from two short arrays.
    */
   private appendOne(r: AppendRow): SqlText {
+    const params = [
+      r.id,
+      r.type,
+      r.key,
+      r.payload,
+      r.headers,
+      r.occurredAt.toISOString(),
+      r.availableAt?.toISOString() ?? null,
+      r.deliveries.map((d) => d.id),
+      r.deliveries.map((d) => d.handler),
+    ];
+    // The text is the same for every event: built once, so the statement caches find it by the
+    // same string (hashed once) and nothing is concatenated per append.
+    this.appendOneText ??= this.appendOneStatement(params).text;
+    return new SqlText(this.appendOneText, params, true);
+  }
+
+  private appendOneText: string | undefined;
+
+  private appendOneStatement([
+    id,
+    type,
+    key,
+    payload,
+    headers,
+    occurredAt,
+    availableAt,
+    ids,
+    handlers,
+  ]: unknown[]): SqlText {
     return prepared(sql`WITH ev AS (
   INSERT INTO ${this.tables.events} (id, type, event_key, payload, headers, occurred_at, available_at)
-  VALUES (${r.id}::uuid, ${r.type}::text, ${r.key}::text, ${r.payload}::json, ${r.headers}::json, ${r.occurredAt.toISOString()}::timestamptz, COALESCE(${r.availableAt?.toISOString() ?? null}::timestamptz, ${this.now}))
+  VALUES (${id}::uuid, ${type}::text, ${key}::text, ${payload}::json, ${headers}::json, ${occurredAt}::timestamptz, COALESCE(${availableAt}::timestamptz, ${this.now}))
   ON CONFLICT (id) DO NOTHING
   RETURNING seq, id, type, event_key, available_at
 ), dl AS (
   INSERT INTO ${this.tables.deliveries} (id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors)
   SELECT h.id, ev.seq, ev.type, ev.event_key, h.handler, 'pending', 0, ev.available_at, '[]'
-  FROM ev CROSS JOIN unnest(${r.deliveries.map((d) => d.id)}::uuid[], ${r.deliveries.map((d) => d.handler)}::text[]) AS h(id, handler)
+  FROM ev CROSS JOIN unnest(${ids}::uuid[], ${handlers}::text[]) AS h(id, handler)
 )
 SELECT id, seq, ${this.timeOut(raw('available_at'))} AS available_at FROM ev`);
   }
