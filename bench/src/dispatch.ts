@@ -14,6 +14,9 @@
  *   ours-pg-history         ours-pg-<BENCH_DISPATCH_HISTORY_CONFIG> (tuned by default) with
  *                           BENCH_DISPATCH_HISTORY_N (1 000 000) delivered events retained in our
  *                           tables, filled with set-based SQL and ANALYZEd before the backlog.
+ *   ours-pg-history-empty   the same preparation (VACUUM ANALYZE, CHECKPOINT) with no history
+ *                           rows: the baseline of the history ratio, so only the retained rows
+ *                           differ between the two runs.
  *   raw-pg                  the ceiling: a plain table claimed 100 rows at a time by
  *                           `UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, then
  *                           `DELETE … WHERE id = ANY($1)`, 4 concurrent loops on a pg Pool.
@@ -163,7 +166,13 @@ const STORES: Record<string, SqlKind | 'redis'> = {
   redis: 'redis',
 };
 
-async function ours(c: Counter, store: string, config: string, history: boolean): Promise<Extra> {
+async function ours(
+  c: Counter,
+  store: string,
+  config: string,
+  history: boolean,
+  historyRows = HISTORY_N,
+): Promise<Extra> {
   const kind = STORES[store];
   if (!kind || (config !== 'defaults' && config !== 'tuned')) {
     throw new Error(`unknown variant ours-${store}-${config}`);
@@ -197,7 +206,7 @@ async function ours(c: Counter, store: string, config: string, history: boolean)
       let historyInfo: Extra = {};
       if (history) {
         if (!ds || kind !== 'postgres') throw new Error('the history scenario is PostgreSQL only');
-        historyInfo = await fillHistory(ds, HISTORY_N);
+        historyInfo = await fillHistory(ds, historyRows);
       }
       sink.onEvent = c.hit;
       for (let i = 0; i < N; i += 500) {
@@ -698,6 +707,9 @@ runMain(async () => {
   let extra: Extra;
   const m = /^ours-([a-z]+)-([a-z]+)$/.exec(variant);
   if (variant === 'ours-pg-history') extra = await ours(c, 'pg', HISTORY_CONFIG, true);
+  // The same preparation (VACUUM ANALYZE, CHECKPOINT) with no history: the history's own baseline.
+  else if (variant === 'ours-pg-history-empty')
+    extra = await ours(c, 'pg', HISTORY_CONFIG, true, 0);
   else if (m) extra = await ours(c, m[1], m[2], false);
   else if (variant === 'raw-pg') extra = await rawPg(c);
   else if (variant === 'raw-lua') extra = await rawLua(c);
