@@ -164,6 +164,27 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     }
   });
 
+  it('the NOTIFY skips the WAL flush in its own transaction only: the pooled connection keeps synchronous_commit on', async () => {
+    // One pooled connection, so the NOTIFY and the checks below share it.
+    const single = await openDataSource('postgres', { max: 1 });
+    const store = new TypeOrmOutboxStore(single, { tablePrefix: h.tables.prefix });
+    try {
+      store.publishWakeups();
+      await store.append([event()]);
+      expect(await eventually(() => received.length === 1, 2_000)).toBe(true);
+      expect(await single.query('SHOW synchronous_commit')).toEqual([{ synchronous_commit: 'on' }]);
+      // A business transaction after it still waits for its flush (the setting did not leak).
+      await single.transaction(async (manager) => {
+        expect(await manager.query('SHOW synchronous_commit')).toEqual([
+          { synchronous_commit: 'on' },
+        ]);
+      });
+    } finally {
+      await store.close();
+      await single.destroy();
+    }
+  });
+
   it('close() stops listening and leaves nothing on the DataSource', async () => {
     const other = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix });
     const before = ds.subscribers.length;

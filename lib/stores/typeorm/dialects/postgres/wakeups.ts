@@ -52,9 +52,19 @@ export class PostgresWakeups {
     private readonly onError: (error: unknown) => void,
   ) {}
 
-  /** One NOTIFY: a hint, not data (the payload only names the sending store). */
+  /**
+   * One NOTIFY: a hint, not data (the payload only names the sending store). Its transaction
+   * commits without waiting for the WAL flush (`synchronous_commit` off for that transaction
+   * only): a NOTIFY takes a transaction id, so with the server's default every wake-up cost a
+   * disk sync of its own, as many as the producer's commits when appends are slower than the
+   * coalescing window. Listeners hear it at commit either way; the commit record only says a
+   * hint was sent, and a crash that loses it loses nothing the poll does not find.
+   */
   async notify(): Promise<void> {
-    await this.dataSource.query('SELECT pg_notify($1, $2)', [this.channel, this.origin]);
+    await this.dataSource.query(
+      "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
+      [this.channel, this.origin],
+    );
   }
 
   /**

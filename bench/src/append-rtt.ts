@@ -1,0 +1,87 @@
+/*
+ * Where an append's time goes (issue 9, append target): in one open transaction, N business
+ * INSERTs each followed by either a hand-rolled outbox INSERT (`hand`) or `OutboxService.append`
+ * (`ours`), alternating the two modes. Per mode it prints µs per iteration, this process's CPU
+ * (user / system) per iteration and the median round trip of each statement kind as `pg` sees it
+ * (from `client.query` to its result: server work plus both sides' scheduling). What is left of
+ * an iteration after the round trips is Node-side work outside the driver's query call.
+ *
+ *   BENCH_PGDATABASE=<db> [N=5000] [MODES=hand,ours,hand,ours] \
+ *     node -r ../node_modules/ts-node/register/transpile-only src/append-rtt.ts
+ */
+import { randomUUID } from 'node:crypto';
+import { BUSINESS_TABLE, dropOutboxTables, HANDROLLED_TABLE, openDataSource } from './common';
+import { createOurApp, EVENT_TYPE } from './ours';
+
+const N = Number(process.env.N ?? 5000);
+const MODES = (process.env.MODES ?? 'hand,ours,hand,ours,hand,ours').split(',');
+
+const { Client } = require('pg') as {
+  Client: { prototype: { query: (...a: unknown[]) => unknown } };
+};
+const timings = new Map<string, number[]>();
+const query = Client.prototype.query;
+Client.prototype.query = function (this: unknown, ...args: unknown[]) {
+  const t0 = process.hrtime.bigint();
+  const cfg = args[0] as string | { text: string };
+  const text = typeof cfg === 'string' ? cfg : cfg.text;
+  const kind = /INSERT INTO "?(\w+)/.exec(text)?.[1] ?? text.slice(0, 20);
+  const result = query.apply(this, args) as Promise<unknown> | undefined;
+  result?.then?.(
+    () => {
+      const list = timings.get(kind) ?? [];
+      list.push(Number(process.hrtime.bigint() - t0) / 1000);
+      timings.set(kind, list);
+    },
+    () => undefined,
+  );
+  return result;
+};
+
+const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1];
+
+void (async () => {
+  const ds = await openDataSource('postgres');
+  await ds.query(
+    `CREATE TABLE IF NOT EXISTS ${BUSINESS_TABLE} (id UUID PRIMARY KEY, total INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
+  );
+  await ds.query(
+    `CREATE TABLE IF NOT EXISTS ${HANDROLLED_TABLE} (id UUID PRIMARY KEY, type VARCHAR(255) NOT NULL, event_key VARCHAR(512), payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), processed_at TIMESTAMPTZ)`,
+  );
+  await dropOutboxTables(ds);
+  const ours = await createOurApp({ kind: 'typeorm', dataSource: ds }, { enabled: false });
+  for (const mode of MODES) {
+    timings.clear();
+    const qr = ds.createQueryRunner();
+    await qr.connect();
+    await qr.startTransaction();
+    const t0 = performance.now();
+    const cpu0 = process.cpuUsage();
+    for (let i = 0; i < N; i++) {
+      const id = randomUUID();
+      const payload = { orderId: id, total: i, lines: [{ sku: 'A-1', qty: 1 }] };
+      await qr.query(`INSERT INTO ${BUSINESS_TABLE} (id, total) VALUES ($1, $2)`, [id, i]);
+      if (mode === 'hand') {
+        await qr.query(
+          `INSERT INTO ${HANDROLLED_TABLE} (id, type, event_key, payload) VALUES ($1, $2, $3, $4)`,
+          [randomUUID(), EVENT_TYPE, id, JSON.stringify(payload)],
+        );
+      } else {
+        await ours.outbox.append({ type: EVENT_TYPE, key: id, payload }, { manager: qr.manager });
+      }
+    }
+    const us = ((performance.now() - t0) * 1000) / N;
+    const cpu = process.cpuUsage(cpu0);
+    await qr.rollbackTransaction();
+    await qr.release();
+    const rtts = [...timings]
+      .filter(([, list]) => list.length >= N)
+      .map(([kind, list]) => `${kind} ${median(list).toFixed(0)}`)
+      .join(', ');
+    console.log(
+      `${mode}: ${us.toFixed(0)} µs/iteration; CPU user ${(cpu.user / N).toFixed(1)}, system ${(cpu.system / N).toFixed(1)} µs; round trips (median µs): ${rtts}`,
+    );
+  }
+  await ours.close();
+  await ds.destroy();
+})();
