@@ -12,7 +12,10 @@
  *   business-C  the business row only (the baseline both ratios share)
  *   raw-C       + one plain INSERT into a hand-rolled outbox table (S1's bench_handrolled_outbox)
  *   ours-C      + OutboxService.append({ type, key, payload }, { manager: qr.manager }) through the
- *               real NestJS app (dispatcher off, one handler registered: one delivery per event)
+ *               real NestJS app (dispatcher off, one handler registered: one delivery per event),
+ *               library defaults otherwise (wake-ups on: a coalesced pg_notify after commits)
+ *   ours-nowake-C  the same with `dispatcher.wakeups: false` (not in the default list: pick it
+ *               with BENCH_APPEND_TX_VARIANTS, e.g. ours-1,ours-nowake-1,raw-1)
  *
  * Also recorded: Node CPU µs per transaction (process.cpuUsage over the timed window) and, where
  * /proc is readable, the PostgreSQL backends' CPU µs per transaction (every backend connected to
@@ -44,18 +47,15 @@ const PER_CLIENT: Record<number, number> = {
 };
 /** Committed warm-up transactions (all clients together), not timed. */
 const WARMUP = envInt('BENCH_APPEND_TX_WARMUP', 300);
-/** `on` / `off` sets the dispatcher's `wakeups` for ours; unset: the library's default. */
-const WAKEUPS = process.env.BENCH_APPEND_TX_WAKEUPS;
-
-type Kind = 'business' | 'raw' | 'ours';
+type Kind = 'business' | 'raw' | 'ours' | 'ours-nowake';
 /** The variant's work inside one transaction, after BEGIN. */
 type Body = (qr: QueryRunner, id: string, i: number) => Promise<void>;
 
 runMain(async () => {
   const { variant, round } = args();
-  const [kind, c] = variant.split('-') as [Kind, string];
-  const clients = Number(c);
-  if (!['business', 'raw', 'ours'].includes(kind) || !(clients in PER_CLIENT)) {
+  const kind = variant.slice(0, variant.lastIndexOf('-')) as Kind;
+  const clients = Number(variant.slice(variant.lastIndexOf('-') + 1));
+  if (!['business', 'raw', 'ours', 'ours-nowake'].includes(kind) || !(clients in PER_CLIENT)) {
     throw new Error(`unknown variant ${variant}`);
   }
   const perClient = PER_CLIENT[clients];
@@ -95,10 +95,11 @@ runMain(async () => {
         );
       };
       break;
-    case 'ours': {
+    case 'ours':
+    case 'ours-nowake': {
       ours = await createOurApp(
         { kind: 'typeorm', dataSource: ds },
-        WAKEUPS === undefined ? { enabled: false } : { enabled: false, wakeups: WAKEUPS === 'on' },
+        kind === 'ours' ? { enabled: false } : { enabled: false, wakeups: false },
       );
       const outbox = ours.outbox;
       body = async (qr, id, i) => {
@@ -154,7 +155,7 @@ runMain(async () => {
       (await ds.query(`SELECT COUNT(*)::int AS n FROM ${table}`))[0].n;
     const rows = await count(BUSINESS_TABLE);
     const events =
-      kind === 'ours'
+      ours !== null
         ? await count(`${TABLE_PREFIX}events`)
         : kind === 'raw'
           ? await count(HANDROLLED_TABLE)
@@ -166,7 +167,7 @@ runMain(async () => {
       );
     }
     // One handler is registered: each event has one delivery row.
-    if (kind === 'ours' && (await count(`${TABLE_PREFIX}deliveries`)) !== expected) {
+    if (ours !== null && (await count(`${TABLE_PREFIX}deliveries`)) !== expected) {
       throw new Error(`expected ${expected} deliveries (one handler per event)`);
     }
     if (kind !== 'raw' && (await count(HANDROLLED_TABLE)) !== 0) {
@@ -187,7 +188,7 @@ runMain(async () => {
         clients,
         perClient,
         warmup: WARMUP,
-        ...(kind === 'ours' ? { wakeups: WAKEUPS ?? 'library default' } : {}),
+        ...(ours !== null ? { wakeups: kind === 'ours' ? 'library default (on)' : false } : {}),
       },
     });
   } finally {

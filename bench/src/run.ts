@@ -160,6 +160,11 @@ const SCENARIOS: Scenario[] = [
       ['raw-1', 'business-1'],
       ['ours-8', 'business-8'],
       ['raw-8', 'business-8'],
+      // Opt-in variants (BENCH_APPEND_TX_VARIANTS): what the wake-up NOTIFY costs.
+      ['ours-1', 'ours-nowake-1'],
+      ['ours-8', 'ours-nowake-8'],
+      ['ours-nowake-1', 'raw-1'],
+      ['ours-nowake-8', 'raw-8'],
     ],
     metrics: [
       { key: 'txPerSec', label: 'tx/s', higherIsBetter: true },
