@@ -3,7 +3,7 @@
  * (round 1: a b c …, round 2: b c … a, …), then prints medians and paired ratios (each ratio is
  * taken within one round, where both runs saw the same machine load, then the median of those).
  *
- *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [s2] [s3] [dispatch] [wake] [wakecost] [scale] [o11y]
+ *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [append-tx] [s2] [s3] [dispatch] [wake] [wakecost] [scale] [o11y]
  *   BENCH_ROUNDS=3 (default); BENCH_S2_VARIANTS=ours-sqlite,pgboss (etc.) picks variants
  */
 import { spawnSync } from 'node:child_process';
@@ -146,6 +146,32 @@ const SCENARIOS: Scenario[] = [
       { key: 'p99', label: 'p99 ms', higherIsBetter: false },
       { key: 'burstP50', label: 'burst p50 ms', higherIsBetter: false },
       { key: 'burstP99', label: 'burst p99 ms', higherIsBetter: false },
+    ],
+  },
+  {
+    id: 'append-tx',
+    file: 'append-tx.ts',
+    title: `append-tx — one business transaction per event (BEGIN; INSERT business row; + nothing / a raw outbox INSERT / outbox.append; COMMIT), PostgreSQL, 1 client × ${envInt('BENCH_APPEND_TX_N_1', 2_000)} and 8 clients × ${envInt('BENCH_APPEND_TX_N_8', 1_000)} transactions (transactions/s)`,
+    variants: ['business-1', 'raw-1', 'ours-1', 'business-8', 'raw-8', 'ours-8'],
+    pairs: [
+      // Both share the business baseline, so this is issue 9's ratio of ratios:
+      // ((business + append) / business) / ((business + raw INSERT) / business).
+      ['ours-1', 'raw-1', 0.9],
+      ['ours-8', 'raw-8', 0.9],
+      ['ours-1', 'business-1'],
+      ['raw-1', 'business-1'],
+      ['ours-8', 'business-8'],
+      ['raw-8', 'business-8'],
+      // Opt-in variants (BENCH_APPEND_TX_VARIANTS): what the wake-up NOTIFY costs.
+      ['ours-1', 'ours-nowake-1'],
+      ['ours-8', 'ours-nowake-8'],
+      ['ours-nowake-1', 'raw-1'],
+      ['ours-nowake-8', 'raw-8'],
+    ],
+    metrics: [
+      { key: 'txPerSec', label: 'tx/s', higherIsBetter: true },
+      { key: 'cpuUsPerTx', label: 'Node CPU µs/tx', higherIsBetter: false },
+      { key: 'pgCpuUsPerTx', label: 'PG CPU µs/tx', higherIsBetter: false },
     ],
   },
   {
@@ -355,7 +381,8 @@ function main(): void {
   const sections: string[] = [];
   const all: Row[] = [];
   for (const s of chosen) {
-    const override = process.env[`BENCH_${s.id.toUpperCase()}_VARIANTS`];
+    // `append-tx` → BENCH_APPEND_TX_VARIANTS
+    const override = process.env[`BENCH_${s.id.toUpperCase().replace(/-/g, '_')}_VARIANTS`];
     if (override) s.variants = override.split(',').map((v) => v.trim());
     console.log(`\n${s.title}`);
     const rows: Row[] = [];

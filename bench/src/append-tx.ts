@@ -1,0 +1,201 @@
+/*
+ * append-tx — append cost per business transaction (PostgreSQL); issue 9's append target:
+ * "(business + append) / business ≥ 0.9× of (business + raw INSERT) / business, 1 and 8 clients".
+ *
+ * C clients (1 or 8), each on its own QueryRunner (its own pooled connection), each running
+ * transactions back to back: BEGIN; INSERT one business row; [the variant's outbox write]; COMMIT.
+ * Transactions/s = all clients' transactions / (first BEGIN → last COMMIT).
+ * Not timed: process start, app bootstrap, schema creation, connecting the clients, the warm-up
+ * (WARMUP committed transactions spread over the same clients).
+ *
+ * Variants (`<kind>-<clients>`):
+ *   business-C  the business row only (the baseline both ratios share)
+ *   raw-C       + one plain INSERT into a hand-rolled outbox table (S1's bench_handrolled_outbox)
+ *   ours-C      + OutboxService.append({ type, key, payload }, { manager: qr.manager }) through the
+ *               real NestJS app (dispatcher off, one handler registered: one delivery per event),
+ *               library defaults otherwise (wake-ups on: a coalesced pg_notify after commits)
+ *   ours-nowake-C  the same with `dispatcher.wakeups: false` (not in the default list: pick it
+ *               with BENCH_APPEND_TX_VARIANTS, e.g. ours-1,ours-nowake-1,raw-1)
+ *
+ * Also recorded: Node CPU µs per transaction (process.cpuUsage over the timed window) and, where
+ * /proc is readable, the PostgreSQL backends' CPU µs per transaction (every backend connected to
+ * BENCH_PGDATABASE: give the benchmark a database of its own for this figure to mean anything).
+ */
+import { randomUUID } from 'node:crypto';
+import type { QueryRunner } from 'typeorm';
+import {
+  args,
+  BUSINESS_TABLE,
+  cpuBetween,
+  dropOutboxTables,
+  emit,
+  envInt,
+  HANDROLLED_TABLE,
+  now,
+  openDataSource,
+  PG,
+  postgresBackendCpu,
+  runMain,
+  TABLE_PREFIX,
+} from './common';
+import { createOurApp, EVENT_TYPE, OurApp } from './ours';
+
+/** Transactions per client in the timed window. */
+const PER_CLIENT: Record<number, number> = {
+  1: envInt('BENCH_APPEND_TX_N_1', 2_000),
+  8: envInt('BENCH_APPEND_TX_N_8', 1_000),
+};
+/** Committed warm-up transactions (all clients together), not timed. */
+const WARMUP = envInt('BENCH_APPEND_TX_WARMUP', 300);
+type Kind = 'business' | 'raw' | 'ours' | 'ours-nowake';
+/** The variant's work inside one transaction, after BEGIN. */
+type Body = (qr: QueryRunner, id: string, i: number) => Promise<void>;
+
+runMain(async () => {
+  const { variant, round } = args();
+  const kind = variant.slice(0, variant.lastIndexOf('-')) as Kind;
+  const clients = Number(variant.slice(variant.lastIndexOf('-') + 1));
+  if (!['business', 'raw', 'ours', 'ours-nowake'].includes(kind) || !(clients in PER_CLIENT)) {
+    throw new Error(`unknown variant ${variant}`);
+  }
+  const perClient = PER_CLIENT[clients];
+
+  // Pool of 10 (openDataSource): 8 clients hold one connection each for the whole run; the
+  // rest is free for what the library does outside the transaction (e.g. a wake-up NOTIFY).
+  const ds = await openDataSource('postgres');
+  await ds.query(
+    `CREATE TABLE IF NOT EXISTS ${BUSINESS_TABLE} (id UUID PRIMARY KEY, total INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
+  );
+  await ds.query(
+    `CREATE TABLE IF NOT EXISTS ${HANDROLLED_TABLE} (id UUID PRIMARY KEY, type VARCHAR(255) NOT NULL, event_key VARCHAR(512), payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), processed_at TIMESTAMPTZ)`,
+  );
+  await ds.query(`TRUNCATE ${BUSINESS_TABLE}, ${HANDROLLED_TABLE}`);
+  await dropOutboxTables(ds);
+
+  const business = (qr: QueryRunner, id: string, i: number) =>
+    qr.query(`INSERT INTO ${BUSINESS_TABLE} (id, total) VALUES ($1, $2)`, [id, i]);
+  const payloadOf = (id: string, i: number) => ({
+    orderId: id,
+    total: i,
+    lines: [{ sku: 'A-1', qty: 1 }],
+  });
+
+  let ours: OurApp | null = null;
+  let body: Body;
+  switch (kind) {
+    case 'business':
+      body = business;
+      break;
+    case 'raw':
+      body = async (qr, id, i) => {
+        await business(qr, id, i);
+        await qr.query(
+          `INSERT INTO ${HANDROLLED_TABLE} (id, type, event_key, payload) VALUES ($1, $2, $3, $4)`,
+          [randomUUID(), EVENT_TYPE, id, JSON.stringify(payloadOf(id, i))],
+        );
+      };
+      break;
+    case 'ours':
+    case 'ours-nowake': {
+      ours = await createOurApp(
+        { kind: 'typeorm', dataSource: ds },
+        kind === 'ours' ? { enabled: false } : { enabled: false, wakeups: false },
+      );
+      const outbox = ours.outbox;
+      body = async (qr, id, i) => {
+        await business(qr, id, i);
+        await outbox.append(
+          { type: EVENT_TYPE, key: id, payload: payloadOf(id, i) },
+          { manager: qr.manager },
+        );
+      };
+      break;
+    }
+  }
+
+  // Each client: its own QueryRunner, connected before any timing.
+  const runners: QueryRunner[] = [];
+  for (let k = 0; k < clients; k++) {
+    const qr = ds.createQueryRunner();
+    await qr.connect();
+    runners.push(qr);
+  }
+  const runClient = async (qr: QueryRunner, count: number) => {
+    for (let i = 0; i < count; i++) {
+      await qr.startTransaction();
+      try {
+        await body(qr, randomUUID(), i);
+        await qr.commitTransaction();
+      } catch (error) {
+        if (qr.isTransactionActive) await qr.rollbackTransaction();
+        throw error;
+      }
+    }
+  };
+  const runAll = (count: (k: number) => number) =>
+    Promise.all(runners.map((qr, k) => runClient(qr, count(k))));
+
+  let total = 0;
+  try {
+    // Warm-up: WARMUP transactions over the same clients, committed (counted in the check below).
+    await runAll((k) => Math.floor(WARMUP / clients) + (k < WARMUP % clients ? 1 : 0));
+
+    const pg0 = postgresBackendCpu(PG.database);
+    const cpu0 = process.cpuUsage();
+    const t0 = now();
+    await runAll(() => perClient);
+    const ms = now() - t0;
+    const cpu = process.cpuUsage(cpu0);
+    const pgMs = cpuBetween(pg0, postgresBackendCpu(PG.database));
+    total = perClient * clients;
+
+    // Sanity: what committed (warm-up + timed), and nothing else.
+    const expected = WARMUP + total;
+    const count = async (table: string): Promise<number> =>
+      (await ds.query(`SELECT COUNT(*)::int AS n FROM ${table}`))[0].n;
+    const rows = await count(BUSINESS_TABLE);
+    const events =
+      ours !== null
+        ? await count(`${TABLE_PREFIX}events`)
+        : kind === 'raw'
+          ? await count(HANDROLLED_TABLE)
+          : 0;
+    const wantEvents = kind === 'business' ? 0 : expected;
+    if (rows !== expected || events !== wantEvents) {
+      throw new Error(
+        `committed ${rows} business rows and ${events} events, expected ${expected} and ${wantEvents}`,
+      );
+    }
+    // One handler is registered: each event has one delivery row.
+    if (ours !== null && (await count(`${TABLE_PREFIX}deliveries`)) !== expected) {
+      throw new Error(`expected ${expected} deliveries (one handler per event)`);
+    }
+    if (kind !== 'raw' && (await count(HANDROLLED_TABLE)) !== 0) {
+      throw new Error('rows in the hand-rolled outbox table');
+    }
+
+    emit({
+      scenario: 'append-tx',
+      variant,
+      round,
+      clients,
+      n: total,
+      ms,
+      txPerSec: (total / ms) * 1000,
+      cpuUsPerTx: (cpu.user + cpu.system) / total,
+      pgCpuUsPerTx: pgMs > 0 ? +((pgMs * 1000) / total).toFixed(1) : undefined,
+      settings: {
+        clients,
+        perClient,
+        warmup: WARMUP,
+        ...(ours !== null ? { wakeups: kind === 'ours' ? 'library default (on)' : false } : {}),
+      },
+    });
+  } finally {
+    for (const qr of runners) await qr.release();
+    await ours?.close();
+    await ds.query(`TRUNCATE ${BUSINESS_TABLE}, ${HANDROLLED_TABLE}`);
+    await dropOutboxTables(ds);
+    await ds.destroy();
+  }
+});
