@@ -352,7 +352,7 @@ local i = 8 + nh
 local nt = tonumber(ARGV[i])
 i = i + 1
 -- types: the types this worker handles; th[type]: its handlers here; htypes[handler]: its types;
--- tpos[type]: its position in the arguments (the reply names a known type by it).
+-- tpos[type]: its position in the arguments, as text (the reply names a known type by it).
 local types, th, htypes, tpos = {}, {}, {}, {}
 for _ = 1, nt do
   local t, c = ARGV[i], tonumber(ARGV[i + 1])
@@ -365,8 +365,11 @@ for _ = 1, nt do
   end
   i = i + 2 + c
   table.insert(types, t)
-  tpos[t] = #types
+  tpos[t] = tostring(#types)
 end
+-- hpos[j]: the j-th handler's position as reply text.
+local hpos = {}
+for j = 1, nh do hpos[j] = tostring(j) end
 
 -- Turns one unexpanded delivery of type t into one delivery per handler of t on this worker.
 local function expand(uid, t)
@@ -464,11 +467,23 @@ local function pick(id, h, sq, f)
   return head[1], redis.call('HMGET', dkey(head[1]), 'k', 'ev', 't', 'at')
 end
 
--- The reply: 10 fields per leased delivery in one flat list (a nested list per delivery costs
--- Redis several lookups per row to convert, and the client an array per row).
-local out, count = {}, 0
+-- The reply: the lease deadline, then the leased deliveries as JSON text, 10 values per delivery
+-- in one flat array per chunk of about CHUNK bytes (a delivery larger than that has a chunk of its
+-- own). The client parses each chunk with one JSON.parse instead of receiving 10 RESP values per
+-- delivery and parsing payload and headers one by one. Built by concatenation: the stored payload
+-- and headers are JSON text already (JSON.stringify's, at append) and go in as they are; text
+-- that can be anything (event id, key, a type the claim did not name) goes through cjson.encode,
+-- which escapes it; what the script makes itself (delivery ids, positions, attempts) needs none.
+local CHUNK = 1048576
 local lu = now + leaseMs
 local luS = tostring(lu)
+local reply, parts, np, bytes = { lu }, { '[' }, 1, 0
+local function endChunk()
+  parts[np + 1] = ']'
+  reply[#reply + 1] = table.concat(parts)
+  parts, np, bytes = { '[' }, 1, 0
+end
+local count = 0
 -- Per handler: the ids leased (removed from q) and score, id pairs (added to l), written in bulk.
 local taken, leases, all = {}, {}, {}
 -- Leases taken per type, written to the counters once per type at the end.
@@ -500,25 +515,26 @@ local function take(sq, hi, cand)
   local t = f[3]
   byT[t] = (byT[t] or 0) + 1
   local e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa', 'av')
-  -- The token and the lease deadline are the same for every row: the client knows both. What it
-  -- knows or can read as a number is sent as an integer (no string for it to allocate): the
-  -- handler's and the type's positions in the arguments (a type not among them, as '=' and its
-  -- text: a client that reads integers as strings, ioredis' stringNumbers, still tells them apart), the
-  -- times, and 0 for the usual empty headers '{}'.
-  local hd = e[2]
-  if hd == '{}' then hd = 0 end
-  local o = count * 10
+  -- The token and the lease deadline are the same for every row: the client knows both. Values:
+  -- id, handler (its position in the arguments), attempt, event id, type (its position, or its
+  -- text when the claim did not name it), key or null, payload, headers, occurredAt, availableAt
+  -- (integers). occurredAt is the text the client sent at append (an integer, as a Date's time
+  -- always is); anything else goes as a JSON string, so the reply stays valid JSON. availableAt was
+  -- written by the append script from a Lua number. An event hash that is gone (never, but the
+  -- reply stays valid) reads as payload and headers null and times 0.
+  local k, oa = f[1], e[3] or '0'
+  if k then k = cjson.encode(k) else k = 'null' end
+  if not string.find(oa, '^%-?%d+$') then oa = cjson.encode(oa) end
+  local sep = ','
+  if np == 1 then sep = '' end
+  local row = sep .. '"' .. id .. '",' .. hpos[hi] .. ',' .. atS .. ',' .. cjson.encode(f[2]) .. ',' ..
+    (tpos[t] or cjson.encode(t)) .. ',' .. k .. ',' .. (e[1] or 'null') .. ',' .. (e[2] or 'null') ..
+    ',' .. oa .. ',' .. (e[4] or '0')
+  np = np + 1
+  parts[np] = row
+  bytes = bytes + #row
+  if bytes >= CHUNK then endChunk() end
   count = count + 1
-  out[o + 1] = id
-  out[o + 2] = hi
-  out[o + 3] = at
-  out[o + 4] = f[2]
-  out[o + 5] = tpos[t] or ('=' .. t)
-  out[o + 6] = f[1]
-  out[o + 7] = e[1]
-  out[o + 8] = hd
-  out[o + 9] = tonumber(e[3]) or false
-  out[o + 10] = tonumber(e[4]) or false
 end
 
 -- Oldest first across this worker's handlers.
@@ -555,7 +571,8 @@ for t, c in pairs(byT) do
   incr('p:' .. t, -c)
 end
 incr('l', #all)
-return { lu, out }
+if np > 1 then endChunk() end
+return reply
 `;
 
 const RENEW = `
