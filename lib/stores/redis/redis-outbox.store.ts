@@ -603,8 +603,9 @@ function grouped(leases: Lease[]): Lease[] {
  * `stringNumbers`), then one JSON text per chunk of deliveries, each a flat array of 10 values per
  * delivery: id, handler (its position in `names`), attempt, event id, type (its position in
  * `types`, or the text of a type the claim did not name), key or null, payload and headers (as
- * appended), occurredAt, availableAt (ms). One JSON.parse per chunk builds every value. A function
- * of its own, not a loop in the async `claim` (measured: the loop there cost more).
+ * appended), occurredAt (ms, as the text stored at append), availableAt (ms). One JSON.parse per
+ * chunk builds every value. A function of its own, not a loop in the async `claim` (measured: the
+ * loop there cost more).
  */
 function decodeClaim(
   reply: [number | string, ...string[]],
