@@ -233,10 +233,15 @@ describeWithService('redis', 'RedisOutboxStore batches', () => {
     },
   );
 
-  it('claims a batch larger than one reply chunk in order, and one delivery larger than a chunk', async () => {
+  it('claims a batch of many reply chunks in order, small deliveries and ones larger than a chunk', async () => {
     const store = new RedisOutboxStore({ client, prefix });
     const big = 'x"]\\'.repeat(200_000); // 1.2 MB of text, escaped as JSON
     const events = [
+      // Small ones of varying sizes: chunk boundaries (under 8000 bytes) fall anywhere.
+      ...Array.from({ length: 80 }, (_, i) => ({
+        ...event('t1', ['A'], i % 2 ? `k${i} "]` : null),
+        payload: { i, text: '"],['.repeat((i * 37) % 300) },
+      })),
       ...Array.from({ length: 12 }, (_, i) => ({
         ...event('t1', ['A'], i % 2 ? `k${i}` : null),
         payload: { i, text: `${i}`.repeat(150_000) },
@@ -253,6 +258,7 @@ describeWithService('redis', 'RedisOutboxStore batches', () => {
     });
     expect(claimed.map((c) => c.event.id)).toEqual(events.map((e) => e.id));
     claimed.forEach((c, i) => expect(c.event.payload).toEqual(events[i].payload));
+    expect(claimed.map((c) => c.event.key)).toEqual(events.map((e) => e.key));
     expect(await store.ackMany(claimed.map((c) => c.lease))).toHaveLength(events.length);
   }, 30_000);
 
