@@ -289,10 +289,8 @@ export class RedisOutboxStore implements OutboxStore {
       byType.size,
     ];
     for (const [type, handlers] of byType) args.push(type, handlers.length, ...handlers);
-    const [leaseUntil, flat] = (await this.run('claim', args)) as [number, Row];
-    // One deadline for the whole claim; leases are replaced, never changed, so they share it.
-    const until = new Date(Number(leaseUntil));
-    return decodeClaim(flat, names, [...byType.keys()], request.workerId, token, until);
+    const reply = (await this.run('claim', args)) as [number | string, ...string[]];
+    return decodeClaim(reply, names, [...byType.keys()], request.workerId, token);
   }
 
   private async leased(
@@ -605,51 +603,48 @@ function grouped(leases: Lease[]): Lease[] {
 }
 
 /**
- * The claim script's reply: 10 fields per delivery, in one flat list: id, handler (its position in
- * `names`), attempt, event id, type (its position in `types`, or `=` and the text of a type the
- * claim did not name), key, payload, headers (0: none), occurredAt, availableAt (integers).
- * Integers may come as strings (ioredis' `stringNumbers` option). A function of
- * its own, not a loop in the async `claim` (measured: the loop there cost more).
+ * The claim script's reply: the lease deadline (an integer, or its text with ioredis'
+ * `stringNumbers`), then one JSON text per chunk of deliveries, each a flat array of 10 values per
+ * delivery: id, handler (its position in `names`), attempt, event id, type (its position in
+ * `types`, or the text of a type the claim did not name), key or null, payload and headers (as
+ * appended), occurredAt (ms, as the text stored at append), availableAt (ms). One JSON.parse per
+ * chunk builds every value. A function of its own, not a loop in the async `claim` (measured: the
+ * loop there cost more).
  */
 function decodeClaim(
-  flat: Row,
+  reply: [number | string, ...string[]],
   names: string[],
   types: string[],
   owner: string,
   token: string,
-  leaseUntil: Date,
 ): ClaimedDelivery[] {
-  const out: ClaimedDelivery[] = new Array(flat.length / 10);
-  for (let i = 0, n = 0; i < flat.length; i += 10, n++) {
-    const id = String(flat[i]);
-    const type = flat[i + 4];
-    const key = flat[i + 5];
-    const hd = flat[i + 7];
-    out[n] = {
-      id,
-      handler: names[(flat[i + 1] as number) - 1],
-      attempt: Number(flat[i + 2]),
-      event: {
-        id: String(flat[i + 3]),
-        type: readType(type, types),
-        payload: JSON.parse(String(flat[i + 6])),
-        key: key === null ? null : String(key),
-        headers: hd === 0 || hd === '0' ? {} : parseHeaders(hd),
-        occurredAt: new Date(Number(flat[i + 8])),
-        availableAt: new Date(Number(flat[i + 9])),
-      },
-      // One token per claim, as the SQL stores do (see the claim script).
-      lease: { deliveryId: id, owner, token, leaseUntil },
-    };
+  // One deadline for the whole claim; leases are replaced, never changed, so they share it.
+  const leaseUntil = new Date(Number(reply[0]));
+  const out: ClaimedDelivery[] = [];
+  for (let c = 1; c < reply.length; c++) {
+    const flat = JSON.parse(reply[c] as string) as unknown[];
+    for (let i = 0; i < flat.length; i += 10) {
+      const id = flat[i] as string;
+      const type = flat[i + 4];
+      out.push({
+        id,
+        handler: names[(flat[i + 1] as number) - 1],
+        attempt: flat[i + 2] as number,
+        event: {
+          id: flat[i + 3] as string,
+          type: typeof type === 'number' ? types[type - 1] : (type as string),
+          payload: flat[i + 6],
+          key: flat[i + 5] as string | null,
+          headers: flat[i + 7] as OutboxHeaders,
+          occurredAt: new Date(Number(flat[i + 8])),
+          availableAt: new Date(Number(flat[i + 9])),
+        },
+        // One token per claim, as the SQL stores do (see the claim script).
+        lease: { deliveryId: id, owner, token, leaseUntil },
+      });
+    }
   }
   return out;
-}
-
-/** A claimed delivery's type: a position in `types`, or `=` and a type the claim did not name. */
-function readType(value: unknown, types: string[]): string {
-  if (typeof value === 'number') return types[value - 1];
-  const text = String(value);
-  return text.startsWith('=') ? text.slice(1) : types[Number(text) - 1];
 }
 
 /** Headers as stored (JSON); most events have none, so `{}` skips the parser. */

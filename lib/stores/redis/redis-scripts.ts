@@ -352,7 +352,7 @@ local i = 8 + nh
 local nt = tonumber(ARGV[i])
 i = i + 1
 -- types: the types this worker handles; th[type]: its handlers here; htypes[handler]: its types;
--- tpos[type]: its position in the arguments (the reply names a known type by it).
+-- tpos[type]: its position in the arguments, as reply text (the reply names a known type by it).
 local types, th, htypes, tpos = {}, {}, {}, {}
 for _ = 1, nt do
   local t, c = ARGV[i], tonumber(ARGV[i + 1])
@@ -365,8 +365,11 @@ for _ = 1, nt do
   end
   i = i + 2 + c
   table.insert(types, t)
-  tpos[t] = #types
+  tpos[t] = ',' .. #types .. ','
 end
+-- hpos[j]: the j-th handler's position as reply text, between the id and the attempt.
+local hpos = {}
+for j = 1, nh do hpos[j] = '",' .. j .. ',' end
 
 -- Turns one unexpanded delivery of type t into one delivery per handler of t on this worker.
 local function expand(uid, t)
@@ -464,11 +467,27 @@ local function pick(id, h, sq, f)
   return head[1], redis.call('HMGET', dkey(head[1]), 'k', 'ev', 't', 'at')
 end
 
--- The reply: 10 fields per leased delivery in one flat list (a nested list per delivery costs
--- Redis several lookups per row to convert, and the client an array per row).
-local out, count = {}, 0
+-- The reply: the lease deadline, then the leased deliveries as JSON text, 10 values per delivery
+-- in one flat array per chunk; the client parses a chunk with one JSON.parse instead of receiving
+-- 10 RESP values per delivery and parsing payload and headers one by one. The stored payload and
+-- headers are JSON text already (JSON.stringify's, at append) and go in as they are; text that can
+-- be anything (event id, key, a type the claim did not name) goes through cjson.encode, which
+-- escapes it; what the script makes itself (delivery ids, positions, attempts) needs none.
+-- Redis' Lua hashes every byte of every string it makes, so a chunk is built without a string
+-- per delivery: the parts (stored strings and constants) go into one table, and table.concat
+-- makes the chunk at once while it fits its buffer (LUAL_BUFFERSIZE, 8 KiB with glibc; beyond
+-- it, table.concat makes and joins intermediate strings). So a chunk ends before CHUNK bytes; a
+-- delivery larger than that has a chunk of its own.
+local CHUNK = 8000
 local lu = now + leaseMs
 local luS = tostring(lu)
+local reply, parts, np, bytes = { lu }, {}, 0, 0
+local function endChunk()
+  parts[np + 1] = ']'
+  reply[#reply + 1] = table.concat(parts, '', 1, np + 1)
+  np, bytes = 0, 0
+end
+local count = 0
 -- Per handler: the ids leased (removed from q) and score, id pairs (added to l), written in bulk.
 local taken, leases, all = {}, {}, {}
 -- Leases taken per type, written to the counters once per type at the end.
@@ -485,10 +504,10 @@ local function take(sq, hi, cand)
   -- first attempt, the usual case, without converting numbers.
   -- One token for every lease of this claim, as the SQL stores do: a lease is a delivery's,
   -- and the token is new with each claim, so (delivery, token) still names one lease.
-  local at, atS = 1, '1'
+  local atS, atC = '1', '1,'
   if f[4] ~= '0' then
-    at = (tonumber(f[4]) or 0) + 1
-    atS = tostring(at)
+    atS = tostring((tonumber(f[4]) or 0) + 1)
+    atC = atS .. ','
   end
   redis.call('HSET', dk, 'st', 'l', 'o', worker, 'tk', tokenBase, 'lu', luS, 'at', atS)
   local tk, ls = taken[h], leases[h]
@@ -500,25 +519,38 @@ local function take(sq, hi, cand)
   local t = f[3]
   byT[t] = (byT[t] or 0) + 1
   local e = redis.call('HMGET', ekey(f[2]), 'pl', 'hd', 'oa', 'av')
-  -- The token and the lease deadline are the same for every row: the client knows both. What it
-  -- knows or can read as a number is sent as an integer (no string for it to allocate): the
-  -- handler's and the type's positions in the arguments (a type not among them, as '=' and its
-  -- text: a client that reads integers as strings, ioredis' stringNumbers, still tells them apart), the
-  -- times, and 0 for the usual empty headers '{}'.
-  local hd = e[2]
-  if hd == '{}' then hd = 0 end
-  local o = count * 10
+  -- The token and the lease deadline are the same for every row: the client knows both. Values:
+  -- id, handler (its position in the arguments), attempt, event id, type (its position, or its
+  -- text when the claim did not name it), key or null, payload, headers, occurredAt as a string
+  -- (the text the client sent at append: a number's, so nothing in it needs escaping; whatever
+  -- number it holds, NaN included, the reply stays valid JSON), availableAt (written by the append
+  -- script from a Lua number: an integer). An event hash that is gone (never, but the reply stays
+  -- valid) reads as payload and headers null and times 0.
+  local k, ev, tp = f[1], cjson.encode(f[2]), tpos[t]
+  if k then k = cjson.encode(k) else k = 'null' end
+  if not tp then tp = ',' .. cjson.encode(t) .. ',' end
+  local pl, hd, oa, av = e[1] or 'null', e[2] or 'null', e[3] or '0', e[4] or '0'
+  local size = 40 + #id + #ev + #tp + #k + #pl + #hd + #oa + #av
+  if np > 0 and bytes + size > CHUNK then endChunk() end
+  local p, n = parts, np
+  if n == 0 then p[1] = '["' else p[n + 1] = ',"' end
+  p[n + 2] = id
+  p[n + 3] = hpos[hi]
+  p[n + 4] = atC
+  p[n + 5] = ev
+  p[n + 6] = tp
+  p[n + 7] = k
+  p[n + 8] = ','
+  p[n + 9] = pl
+  p[n + 10] = ','
+  p[n + 11] = hd
+  p[n + 12] = ',"'
+  p[n + 13] = oa
+  p[n + 14] = '",'
+  p[n + 15] = av
+  np = n + 15
+  bytes = bytes + size
   count = count + 1
-  out[o + 1] = id
-  out[o + 2] = hi
-  out[o + 3] = at
-  out[o + 4] = f[2]
-  out[o + 5] = tpos[t] or ('=' .. t)
-  out[o + 6] = f[1]
-  out[o + 7] = e[1]
-  out[o + 8] = hd
-  out[o + 9] = tonumber(e[3]) or false
-  out[o + 10] = tonumber(e[4]) or false
 end
 
 -- Oldest first across this worker's handlers.
@@ -555,7 +587,8 @@ for t, c in pairs(byT) do
   incr('p:' .. t, -c)
 end
 incr('l', #all)
-return { lu, out }
+if np > 0 then endChunk() end
+return reply
 `;
 
 const RENEW = `

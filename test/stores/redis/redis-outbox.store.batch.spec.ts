@@ -168,6 +168,116 @@ describeWithService('redis', 'RedisOutboxStore batches', () => {
     },
   );
 
+  it.each([
+    ['', () => client],
+    [' (ioredis stringNumbers)', () => stringNumbers],
+  ])(
+    'returns ids, keys, payloads and headers of any content exactly as appended (the reply is JSON)%s',
+    async (_, use) => {
+      const store = new RedisOutboxStore({ client: use(), prefix });
+      const texts = [
+        '"]},{"x":1}]',
+        '\\"\\',
+        '/\\/ </script>',
+        '\u0000\u0001\u001f\u007f\b\f\n\r\t',
+        '\u2028\u2029',
+        'é ü ß 中文 😀',
+        '\ud800 lone \udfff',
+        'null',
+        ',',
+      ];
+      const payloads: unknown[] = [
+        null,
+        ...texts,
+        2 ** 70,
+        Number.MAX_SAFE_INTEGER + 2,
+        1e21,
+        -0.000001,
+        { nested: { list: [texts, { deeper: [null, true, false, 0] }] }, ']': '[' },
+        [[[]]],
+        {},
+        '',
+      ];
+      // Ids and keys go to Redis as UTF-8 arguments, which cannot carry a lone surrogate.
+      const plain = texts.filter((t) => !t.includes(' lone '));
+      const events = payloads.map((payload, i) => ({
+        ...event('t1', ['A']),
+        // The store itself takes any event id (the service makes UUIDs).
+        id: i % 2 ? randomUUID() : `ev ${i} ${plain[i % plain.length]}`,
+        // Distinct keys, so no delivery waits behind another of its key.
+        key: i % 3 ? `${plain[i % plain.length]} ${i}` : null,
+        headers: i % 4 ? { [texts[i % texts.length]]: texts[(i + 1) % texts.length] } : {},
+        payload,
+      }));
+      // A type no handler of the claim names, with every character a type may have.
+      events.push({ ...event('Odd.type_9:x-y', ['A']), payload: texts });
+      await store.append(events);
+      const claimed = await store.claim({
+        workerId: 'w1',
+        handlers: [A],
+        limit: 100,
+        leaseMs: 60_000,
+      });
+      const expected = events.map((e) => ({
+        ...strip(e),
+        // What JSON keeps of a payload, as every store returns it.
+        payload: JSON.parse(JSON.stringify(e.payload)),
+        availableAt: expect.any(Date),
+      }));
+      expect(claimed.map((c) => c.event)).toEqual(expected);
+      expect(claimed.map((c) => [c.handler, c.attempt, c.lease.owner])).toEqual(
+        events.map(() => ['A', 1, 'w1']),
+      );
+      // Each delivery has objects of its own.
+      expect(new Set(claimed.map((c) => c.event.headers)).size).toBe(claimed.length);
+    },
+  );
+
+  it('claims a batch of many reply chunks in order, small deliveries and ones larger than a chunk', async () => {
+    const store = new RedisOutboxStore({ client, prefix });
+    const big = 'x"]\\'.repeat(200_000); // 1.2 MB of text, escaped as JSON
+    const events = [
+      // Small ones of varying sizes: chunk boundaries (under 8000 bytes) fall anywhere.
+      ...Array.from({ length: 80 }, (_, i) => ({
+        ...event('t1', ['A'], i % 2 ? `k${i} "]` : null),
+        payload: { i, text: '"],['.repeat((i * 37) % 300) },
+      })),
+      ...Array.from({ length: 12 }, (_, i) => ({
+        ...event('t1', ['A'], i % 2 ? `k${i}` : null),
+        payload: { i, text: `${i}`.repeat(150_000) },
+      })),
+      { ...event('t1', ['A']), payload: big },
+      { ...event('t1', ['A']), payload: { last: true } },
+    ];
+    await store.append(events);
+    const claimed = await store.claim({
+      workerId: 'w1',
+      handlers: [A],
+      limit: 100,
+      leaseMs: 60_000,
+    });
+    expect(claimed.map((c) => c.event.id)).toEqual(events.map((e) => e.id));
+    claimed.forEach((c, i) => expect(c.event.payload).toEqual(events[i].payload));
+    expect(claimed.map((c) => c.event.key)).toEqual(events.map((e) => e.key));
+    expect(await store.ackMany(claimed.map((c) => c.lease))).toHaveLength(events.length);
+  }, 30_000);
+
+  it('keeps the claim reply valid whatever occurredAt a direct store append stored', async () => {
+    const store = new RedisOutboxStore({ client, prefix });
+    const bad = { ...event('t1', ['A']), occurredAt: new Date(NaN) };
+    const good = event('t1', ['A']);
+    await store.append([bad, good]);
+    const claimed = await store.claim({
+      workerId: 'w1',
+      handlers: [A],
+      limit: 10,
+      leaseMs: 60_000,
+    });
+    expect(claimed.map((c) => c.event.id)).toEqual([bad.id, good.id]);
+    expect(Number.isNaN(claimed[0].event.occurredAt.getTime())).toBe(true);
+    expect(claimed[1].event.occurredAt).toEqual(good.occurredAt);
+  });
+
   it('keeps per-type counters exact across batched claims and acks, and drops those that reach zero', async () => {
     const store = new RedisOutboxStore({ client, prefix });
     await store.append([
