@@ -6,7 +6,7 @@
  * (from `client.query` to its result: server work plus both sides' scheduling). What is left of
  * an iteration after the round trips is Node-side work outside the driver's query call.
  *
- *   BENCH_PGDATABASE=<db> [N=5000] [MODES=hand,ours,hand,ours] \
+ *   BENCH_PGDATABASE=<db> [N=5000] [MODES=hand,ours,…] [PER_TX=1] [WAKEUPS=0] \
  *     node -r ../node_modules/ts-node/register/transpile-only src/append-rtt.ts
  */
 import { randomUUID } from 'node:crypto';
@@ -15,8 +15,11 @@ import { createOurApp, EVENT_TYPE } from './ours';
 
 const N = Number(process.env.N ?? 5000);
 const MODES = (process.env.MODES ?? 'hand,ours,hand,ours,hand,ours').split(',');
+/** PER_TX=1: a transaction per iteration (BEGIN; business; outbox; COMMIT), as in `append-tx`. */
+const PER_TX = process.env.PER_TX === '1';
 
-const { Client } = require('pg') as {
+// The `pg` TypeORM loads (the root's), not bench/node_modules' copy (pg-boss's).
+const { Client } = require(require.resolve('pg', { paths: [require.resolve('typeorm')] })) as {
   Client: { prototype: { query: (...a: unknown[]) => unknown } };
 };
 const timings = new Map<string, number[]>();
@@ -49,17 +52,22 @@ void (async () => {
     `CREATE TABLE IF NOT EXISTS ${HANDROLLED_TABLE} (id UUID PRIMARY KEY, type VARCHAR(255) NOT NULL, event_key VARCHAR(512), payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), processed_at TIMESTAMPTZ)`,
   );
   await dropOutboxTables(ds);
-  const ours = await createOurApp({ kind: 'typeorm', dataSource: ds }, { enabled: false });
+  // WAKEUPS=0: the app without wake-ups (no NOTIFY after commits).
+  const ours = await createOurApp(
+    { kind: 'typeorm', dataSource: ds },
+    { enabled: false, wakeups: process.env.WAKEUPS !== '0' },
+  );
   for (const mode of MODES) {
     timings.clear();
     const qr = ds.createQueryRunner();
     await qr.connect();
-    await qr.startTransaction();
+    if (!PER_TX) await qr.startTransaction();
     const t0 = performance.now();
     const cpu0 = process.cpuUsage();
     for (let i = 0; i < N; i++) {
       const id = randomUUID();
       const payload = { orderId: id, total: i, lines: [{ sku: 'A-1', qty: 1 }] };
+      if (PER_TX) await qr.startTransaction();
       await qr.query(`INSERT INTO ${BUSINESS_TABLE} (id, total) VALUES ($1, $2)`, [id, i]);
       if (mode === 'hand') {
         await qr.query(
@@ -69,13 +77,14 @@ void (async () => {
       } else {
         await ours.outbox.append({ type: EVENT_TYPE, key: id, payload }, { manager: qr.manager });
       }
+      if (PER_TX) await qr.commitTransaction();
     }
     const us = ((performance.now() - t0) * 1000) / N;
     const cpu = process.cpuUsage(cpu0);
-    await qr.rollbackTransaction();
+    if (!PER_TX) await qr.rollbackTransaction();
     await qr.release();
     const rtts = [...timings]
-      .filter(([, list]) => list.length >= N)
+      .filter(([, list]) => list.length >= N / 2)
       .map(([kind, list]) => `${kind} ${median(list).toFixed(0)}`)
       .join(', ');
     console.log(
