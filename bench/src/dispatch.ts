@@ -636,9 +636,15 @@ async function graphile(c: Counter): Promise<Extra> {
       await runner.stop();
       runner = null;
       c.check('graphile');
-      const [{ left }] = await ds.query(
-        `SELECT count(*)::int AS left FROM ${gw.options.schema}._private_jobs`,
-      );
+      // The last jobs' completions may still be on their way after stop() (graphile-worker
+      // batches them): wait for them (bounded) before checking nothing is left. Not timed.
+      let left = -1;
+      for (let tries = 0; tries < 50 && left !== 0; tries++) {
+        if (tries > 0) await new Promise((resolve) => setTimeout(resolve, 100));
+        [{ left }] = await ds.query(
+          `SELECT count(*)::int AS left FROM ${gw.options.schema}._private_jobs`,
+        );
+      }
       if (left !== 0) throw new Error(`graphile: ${left} jobs left`);
       return {
         settings: {
