@@ -19,7 +19,8 @@ import {
 } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
-import { map } from 'rxjs';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import { map, of, throwError } from 'rxjs';
 import {
   HandledEvent,
   MemoryOutboxStore,
@@ -310,6 +311,80 @@ describe('OutboxExplorer: handlers run through Nest enhancers', () => {
       await dispatcher.drain();
       expect(received).toEqual(['ADA', 1]);
       expect(calls).toHaveLength(1);
+    });
+  });
+
+  describe('a handler no enhancer applies to runs without Nest’s pipeline, as if through it', () => {
+    it('gets the event first and the context second; a rejected promise or an Observable that errors fails the attempt', async () => {
+      const seen: unknown[] = [];
+      @Injectable()
+      class Plain {
+        @OutboxHandler('plain.ok')
+        ok(event: OutboxEvent<{ n: number }>, ctx: OutboxHandlerContext) {
+          seen.push(event.payload.n, ctx.attempt, ctx.handler);
+          return of('done');
+        }
+        @OutboxHandler('plain.rejects')
+        async rejects() {
+          throw new Error('rejected');
+        }
+        @OutboxHandler('plain.observable')
+        observable() {
+          return throwError(() => new Error('from the observable'));
+        }
+      }
+      const { outbox, dispatcher } = await start([Plain]);
+      await outbox.append([
+        { type: 'plain.ok', payload: { n: 7 } },
+        { type: 'plain.rejects', payload: {} },
+        { type: 'plain.observable', payload: {} },
+      ]);
+      await dispatcher.drain();
+      expect(seen).toEqual([7, 1, 'Plain.ok']);
+      const messages = logger.failures().map((l) => l.message);
+      expect(messages.some((m) => m.includes('rejected'))).toBe(true);
+      expect(messages.some((m) => m.includes('from the observable'))).toBe(true);
+      expect(dispatcher.stats()).toMatchObject({ succeeded: 1, retried: 2 });
+    });
+
+    it('@HandledEvent() without a pipe puts the event where it is declared', async () => {
+      const seen: unknown[] = [];
+      @Injectable()
+      class Swapped {
+        @OutboxHandler('swapped')
+        handle(ctx: OutboxHandlerContext, @HandledEvent() event: OutboxEvent<{ n: number }>) {
+          seen.push(ctx.attempt, event.payload.n);
+        }
+      }
+      const { outbox, dispatcher } = await start([Swapped]);
+      await outbox.append({ type: 'swapped', payload: { n: 3 } });
+      await dispatcher.drain();
+      expect(seen).toEqual([1, 3]);
+    });
+
+    it('a global interceptor (APP_INTERCEPTOR) still wraps a handler that has none of its own', async () => {
+      const order: string[] = [];
+      @Injectable()
+      class Everywhere implements NestInterceptor {
+        intercept(_context: ExecutionContext, next: CallHandler) {
+          order.push('global before');
+          return next.handle();
+        }
+      }
+      @Injectable()
+      class Bare {
+        @OutboxHandler('bare')
+        handle() {
+          order.push('handler');
+        }
+      }
+      const { outbox, dispatcher } = await start([
+        Bare,
+        { provide: APP_INTERCEPTOR, useClass: Everywhere },
+      ]);
+      await outbox.append({ type: 'bare', payload: {} });
+      await dispatcher.drain();
+      expect(order).toEqual(['global before', 'handler']);
     });
   });
 
