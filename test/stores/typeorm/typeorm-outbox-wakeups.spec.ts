@@ -185,6 +185,31 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     }
   });
 
+  it('the NOTIFY runs on a connection of its own even where DataSource.query is routed into an open transaction (as typeorm-transactional does)', async () => {
+    const routed = await openDataSource('postgres');
+    const store = new TypeOrmOutboxStore(routed, { tablePrefix: h.tables.prefix });
+    const business = routed.createQueryRunner();
+    await business.connect();
+    await business.startTransaction();
+    const query = routed.query.bind(routed);
+    (routed as unknown as { query: typeof routed.query }).query = (text, params, runner) =>
+      query(text, params, runner ?? business);
+    try {
+      store.publishWakeups();
+      await store.append([event()]);
+      expect(await eventually(() => received.length === 1, 2_000)).toBe(true);
+      // The app's transaction still waits for its WAL flush at commit.
+      expect(await business.query('SHOW synchronous_commit')).toEqual([
+        { synchronous_commit: 'on' },
+      ]);
+    } finally {
+      await business.rollbackTransaction();
+      await business.release();
+      await store.close();
+      await routed.destroy();
+    }
+  });
+
   it('close() stops listening and leaves nothing on the DataSource', async () => {
     const other = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix });
     const before = ds.subscribers.length;

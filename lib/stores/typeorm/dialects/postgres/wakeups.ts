@@ -61,10 +61,17 @@ export class PostgresWakeups {
    * hint was sent, and a crash that loses it loses nothing the poll does not find.
    */
   async notify(): Promise<void> {
-    await this.dataSource.query(
-      "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
-      [this.channel, this.origin],
-    );
+    // A query runner of its own: `DataSource.query` may be routed into the caller's open
+    // transaction (typeorm-transactional does so), where the setting would reach their commit.
+    const runner = this.dataSource.createQueryRunner('master');
+    try {
+      await runner.query(
+        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
+        [this.channel, this.origin],
+      );
+    } finally {
+      await runner.release();
+    }
   }
 
   /**
