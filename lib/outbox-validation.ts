@@ -3,6 +3,7 @@ import { OutboxValidationError } from './errors/outbox-validation.error';
 import { OutboxEventInput } from './interfaces/outbox-event.interface';
 import { OutboxLimits } from './interfaces/outbox-module-options.interface';
 import { AppendableEvent } from './interfaces/outbox-store.interface';
+import { rememberPayloadText } from './stores/payload-text';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]+$/;
 // eslint-disable-next-line no-control-regex
@@ -152,14 +153,13 @@ export function validateEvent(
       });
     }
   }
-  return {
+  const event: AppendableEvent = {
     // Lower-case, so every store (PostgreSQL returns uuid columns lower-cased) agrees on ids.
     id: (id ?? randomUUID()).toLowerCase(),
     type,
     // Round-trip through JSON so what is stored is exactly what handlers will read back; the
-    // text is what the store writes (serialized once).
+    // text is what the store writes (serialized once, see payload-text).
     payload: JSON.parse(serialized),
-    payloadJson: serialized,
     key: key ?? null,
     headers: normalizedHeaders,
     occurredAt: toDate(`${path}.occurredAt`, input.occurredAt) ?? new Date(),
@@ -167,4 +167,6 @@ export function validateEvent(
     // The service fills in the handlers registered for the type.
     handlers: [],
   };
+  rememberPayloadText(event, serialized);
+  return event;
 }

@@ -5,13 +5,6 @@ export interface AppendableEvent {
   id: string;
   type: string;
   payload: unknown;
-  /**
-   * `payload` as JSON text, when the caller has it already (`OutboxService` validates by
-   * serializing, and `payload` is that text parsed back): a store writes this text rather than
-   * serializing again, and may return `payload` itself as what it stored. Absent: the store
-   * serializes `payload`.
-   */
-  payloadJson?: string;
   key: string | null;
   headers: OutboxHeaders;
   occurredAt: Date;

@@ -36,6 +36,7 @@ import {
 import { clientKeyPrefix, RedisClientLike, runScript } from './redis-client';
 import { RedisScriptName } from './redis-scripts';
 import { CoalescedSignal } from '../wakeups';
+import { payloadTextOf } from '../payload-text';
 import { RedisWakeups, wakeupConnectionName } from './redis-wakeups';
 
 export interface RedisOutboxStoreOptions {
@@ -148,7 +149,7 @@ export class RedisOutboxStore implements OutboxStore {
     }
     if (events.length === 0) return [];
     const bodies = events.map((e) => ({
-      pl: e.payloadJson ?? JSON.stringify(e.payload ?? null),
+      pl: payloadTextOf(e) ?? JSON.stringify(e.payload ?? null),
       hd: JSON.stringify(e.headers ?? {}),
     }));
     const bytes = bodies.reduce((sum, b) => sum + byteLength(b.pl) + byteLength(b.hd), 0);
@@ -186,9 +187,9 @@ export class RedisOutboxStore implements OutboxStore {
     return (result as Row[]).map(([oa, av], i) => ({
       id: events[i].id,
       type: events[i].type,
-      // The service's validated payload is a parse of `payloadJson`, owned by no one else.
+      // The service's validated payload is a parse of the text written, owned by no one else.
       payload:
-        events[i].payloadJson === undefined
+        payloadTextOf(events[i]) === undefined
           ? structuredClone(events[i].payload)
           : events[i].payload,
       key: events[i].key ?? null,

@@ -5,6 +5,8 @@ import {
   AppendableEvent,
   HandlerSubscription,
 } from '../../../lib/interfaces/outbox-store.interface';
+import { DEFAULT_LIMITS } from '../../../lib/outbox-options';
+import { validateEvent } from '../../../lib/outbox-validation';
 import { describeWithService } from '../../support/services';
 import {
   openDataSource,
@@ -70,15 +72,16 @@ function payloadsOn(dialect: TestDialect): void {
     expect(again[0].id).toBe(events[0].id);
   }, 30_000);
 
-  it('writes the JSON text the service serialized (payloadJson) and returns its parse, one event and several', async () => {
+  it('writes the JSON text the service serialized and returns its parse, one event and several', async () => {
     // The service validates by serializing; the store writes that text rather than serializing
     // again, and returns the payload the service parsed from it.
-    const withText = (payload: unknown): AppendableEvent => {
-      const text = JSON.stringify(payload);
-      return { ...event(JSON.parse(text)), payloadJson: text };
+    const validated = (payload: unknown): AppendableEvent => {
+      const e = validateEvent({ type: 'big.event', payload }, DEFAULT_LIMITS, 'event');
+      e.handlers = ['A.handle'];
+      return e;
     };
-    const one = withText({ n: 1, big: 1.5e300, s: 'ü "q" \\' });
-    const many = [withText({ n: 2 }), withText(null), withText(['x', { y: [1.5] }])];
+    const one = validated({ n: 1, big: 1.5e300, s: 'ü "q" \\', at: new Date(0) });
+    const many = [validated({ n: 2 }), validated(null), validated(['x', { y: [1.5] }])];
     const [storedOne] = await tables.store.append([one]);
     const storedMany = await tables.store.append(many);
     expect(storedOne.payload).toBe(one.payload);
@@ -90,7 +93,36 @@ function payloadsOn(dialect: TestDialect): void {
       leaseMs: 30_000,
     });
     const byId = new Map(claimed.map((c) => [c.event.id, c.event.payload]));
-    for (const e of [one, ...many]) expect(JSON.stringify(byId.get(e.id))).toBe(e.payloadJson);
+    for (const e of [one, ...many]) expect(byId.get(e.id)).toEqual(e.payload);
+  });
+
+  it('a store wrapper that copies the event with another payload has that payload stored, and appending the copy again is a no-op', async () => {
+    // e.g. a wrapper that encrypts or redacts payloads before the built-in store writes them
+    const original = validateEvent(
+      { type: 'big.event', payload: { card: '4242 4242 4242 4242' } },
+      DEFAULT_LIMITS,
+      'event',
+    );
+    original.handlers = ['A.handle'];
+    const redacted: AppendableEvent = { ...original, payload: { card: '****' } };
+    const [stored] = await tables.store.append([redacted]);
+    expect(stored.payload).toEqual({ card: '****' });
+    const again = await tables.store.append([{ ...original, payload: { card: '****' } }]);
+    expect(again[0].payload).toEqual({ card: '****' });
+    // The same event object with its payload replaced is serialized anew too.
+    const inPlace = validateEvent({ type: 'big.event', payload: { v: 1 } }, DEFAULT_LIMITS, 'e');
+    inPlace.handlers = ['A.handle'];
+    inPlace.payload = { v: 2 };
+    await tables.store.append([inPlace]);
+    const claimed = await tables.store.claim({
+      workerId: 'w3',
+      handlers: [A],
+      limit: 10,
+      leaseMs: 30_000,
+    });
+    const byId = new Map(claimed.map((c) => [c.event.id, c.event.payload]));
+    expect(byId.get(original.id)).toEqual({ card: '****' });
+    expect(byId.get(inPlace.id)).toEqual({ v: 2 });
   });
 }
 

@@ -3,6 +3,7 @@ import { DuplicateEventError } from '../../../errors/duplicate-event.error';
 import { OutboxEvent } from '../../../interfaces/outbox-event.interface';
 import { AppendableEvent, StoreAppendOptions } from '../../../interfaces/outbox-store.interface';
 import { UNEXPANDED_HANDLER } from '../../../outbox.constants';
+import { payloadTextOf } from '../../payload-text';
 import { sameEventContent } from '../../store-helpers';
 import { AppendRow, InsertedEvent, Plan } from '../dialects/sql-dialect';
 import { raw, sql } from '../sql';
@@ -101,7 +102,7 @@ export class AppendOp {
         type: event.type,
         // What was stored: the service's validated payload is a parse of the text written, owned
         // by no one else; otherwise read back from the JSON (a quarter of structuredClone's cost).
-        payload: event.payloadJson === undefined ? JSON.parse(rows[i].payload) : event.payload,
+        payload: payloadTextOf(event) === undefined ? JSON.parse(rows[i].payload) : event.payload,
         key: event.key,
         headers: { ...event.headers },
         occurredAt: new Date(event.occurredAt),
@@ -149,7 +150,7 @@ function toAppendRow(e: AppendableEvent): AppendRow {
     id: e.id,
     type: e.type,
     key: e.key,
-    payload: e.payloadJson ?? JSON.stringify(e.payload),
+    payload: payloadTextOf(e) ?? JSON.stringify(e.payload),
     headers: JSON.stringify(e.headers ?? {}),
     occurredAt: e.occurredAt,
     availableAt: e.availableAt,
