@@ -173,6 +173,23 @@ describeWithService(SERVICE_OF.mariadb, 'typeorm MariaDB claim', () => {
     expect(seen.size).toBe(23 * 50);
   }, 60_000);
 
+  it('claims without an on-disk temporary table (the LONGTEXT errors column is not read)', async () => {
+    await a.store.append(Array.from({ length: 100 }, () => event(null)));
+    // `b` has one pooled connection: the session counter is its claims'.
+    const onDisk = async () =>
+      Number(
+        (
+          (await ds2.query(`SHOW SESSION STATUS LIKE 'Created_tmp_disk_tables'`)) as Array<{
+            Value: string;
+          }>
+        )[0].Value,
+      );
+    const before = await onDisk();
+    const claimed = [...(await claimOf(b, 'wt', 50)), ...(await claimOf(b, 'wt', 50))];
+    expect(claimed).toHaveLength(100);
+    expect(await onDisk()).toBe(before);
+  });
+
   it('lets claimers of two processes take full batches from one backlog', async () => {
     const other = new TypeOrmOutboxStore(ds1, { tablePrefix: a.tables.prefix });
     for (let i = 0; i < 10; i++)

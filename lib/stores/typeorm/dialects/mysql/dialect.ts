@@ -40,6 +40,13 @@ const CLAIM_WINDOW_DECAY = 0.25;
 /** The columns MariaDB's claim copies onto the rows it leases (every NOT NULL one without default). */
 const CLAIM_COPY =
   'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors';
+/**
+ * What the claim's SELECT gives for them: the locked rows exist, so every one ends in `ON
+ * DUPLICATE KEY UPDATE` and these values are never written. `errors` (LONGTEXT) is given as a
+ * constant: read from the row, it made MariaDB build the statement's temporary table on disk
+ * (measured: ~1.3 on-disk temporary tables per claim, none with the constant).
+ */
+const CLAIM_COPY_VALUES = CLAIM_COPY.replace(/(\w+)/g, 'c.$1').replace('c.errors', "'[]'");
 
 /**
  * Two statements for one connection, queued on it together: the second is sent the moment the
@@ -503,7 +510,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
       limit: req.limit,
       lock: true,
       within: ids,
-      columns: raw(CLAIM_COPY.replace(/(\w+)/g, 'c.$1')),
+      columns: raw(CLAIM_COPY_VALUES),
     })}
 ON DUPLICATE KEY UPDATE status = 'leased', attempts = ${own('attempts')} + 1, lease_owner = ${req.owner}, lease_token = ${req.token}, lease_until = ${this.plusMs(this.now, req.leaseMs)}
 RETURNING id, handler, attempts, ${this.timeOut(raw('lease_until'))} AS lease_until, event_seq, ${event} AS event`;
