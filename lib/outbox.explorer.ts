@@ -116,7 +116,8 @@ export class OutboxExplorer implements OnModuleInit {
 
   /**
    * Runs the method through Nest's guards, interceptors, pipes and exception filters under the
-   * `'outbox'` context type. Filters are applied here rather than by `ExternalContextCreator`:
+   * `'outbox'` context type (or calls it directly when none of the first three applies, see
+   * `directCall`). Filters are applied here rather than by `ExternalContextCreator`:
    * its fallback for an error no filter handles logs it as an ERROR (`ExceptionsHandler`) before
    * rethrowing, and the dispatcher already logs every failure once, as a warning when it retries.
    */
@@ -126,9 +127,10 @@ export class OutboxExplorer implements OnModuleInit {
     methodName: string,
   ): (event: OutboxEvent, context: OutboxHandlerContext) => Promise<unknown> {
     ensureArgsMetadata(instance, methodName);
-    const filters = this.exceptionFilters(instance, method);
+    const host = this.enhancerHost(instance);
+    const filters = host && this.exceptionFilters(host, instance, method);
     const call =
-      (filters && this.directCall(instance, method, methodName)) ??
+      (host && this.directCall(host, instance, method, methodName)) ??
       this.contextCreator.create(
         instance,
         method,
@@ -145,10 +147,10 @@ export class OutboxExplorer implements OnModuleInit {
       try {
         return await call(event, context);
       } catch (error) {
-        const host = new ExecutionContextHost([event, context]);
-        host.setType(OUTBOX_CONTEXT_TYPE);
+        const argsHost = new ExecutionContextHost([event, context]);
+        argsHost.setType(OUTBOX_CONTEXT_TYPE);
         // As Nest's own handler does: a filter's result stands, no result rethrows the error.
-        const handled = filters.invokeCustomFilters(error, host);
+        const handled = filters.invokeCustomFilters(error, argsHost);
         if (!handled) throw error;
         return await handled;
       }
@@ -163,13 +165,11 @@ export class OutboxExplorer implements OnModuleInit {
    * Nest does. `null` when something applies: the handler then runs through Nest's pipeline.
    */
   private directCall(
+    { container, moduleKey }: EnhancerHost,
     instance: object,
     method: (...args: unknown[]) => unknown,
     methodName: string,
   ): ((event: OutboxEvent, context: OutboxHandlerContext) => Promise<unknown>) | null {
-    const container = (this.contextCreator as unknown as { container?: NestContainer }).container;
-    if (!container) return null;
-    const moduleKey = this.contextCreator.getContextModuleKey(instance.constructor);
     const config = container.applicationConfig;
     const enhancers = [
       new GuardsContextCreator(container, config),
@@ -202,17 +202,22 @@ export class OutboxExplorer implements OnModuleInit {
   }
 
   /**
-   * The method's, class's and global exception filters, without Nest's logging fallback. `null`
-   * if this Nest version does not expose its container on `ExternalContextCreator` (then Nest
-   * applies the filters itself, fallback log included).
+   * Nest's container and the handler's module, to resolve its enhancers from. `null` if this Nest
+   * version does not expose its container on `ExternalContextCreator`: then Nest applies every
+   * enhancer itself, filters included (with their fallback log).
    */
-  private exceptionFilters(
-    instance: object,
-    method: (...args: unknown[]) => unknown,
-  ): ExternalExceptionsHandler | null {
+  private enhancerHost(instance: object): EnhancerHost | null {
     const container = (this.contextCreator as unknown as { container?: NestContainer }).container;
     if (!container) return null;
-    const moduleKey = this.contextCreator.getContextModuleKey(instance.constructor);
+    return { container, moduleKey: this.contextCreator.getContextModuleKey(instance.constructor) };
+  }
+
+  /** The method's, class's and global exception filters, without Nest's logging fallback. */
+  private exceptionFilters(
+    { container, moduleKey }: EnhancerHost,
+    instance: object,
+    method: (...args: unknown[]) => unknown,
+  ): ExternalExceptionsHandler {
     return new ExternalExceptionFilterContext(container, container.applicationConfig).create(
       instance,
       // Only read for its filter metadata, never called.
@@ -264,6 +269,11 @@ export class OutboxExplorer implements OnModuleInit {
 }
 
 /** Hands the event and the handler context to the method's parameters, by index. */
+interface EnhancerHost {
+  container: NestContainer;
+  moduleKey: string;
+}
+
 const OUTBOX_PARAMS_FACTORY: ParamsFactory = {
   exchangeKeyForValue: (type: number, _data: unknown, args: unknown[]) => args[type],
 };

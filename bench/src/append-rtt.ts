@@ -10,7 +10,8 @@
  *     node -r ../node_modules/ts-node/register/transpile-only src/append-rtt.ts
  */
 import { randomUUID } from 'node:crypto';
-import { BUSINESS_TABLE, dropOutboxTables, HANDROLLED_TABLE, openDataSource } from './common';
+import { insertHandrolled, insertOrder, orderPayload, resetBusinessTables } from './business';
+import { dropOutboxTables, openDataSource } from './common';
 import { createOurApp, EVENT_TYPE } from './ours';
 
 const N = Number(process.env.N ?? 5000);
@@ -45,12 +46,7 @@ const median = (a: number[]) => [...a].sort((x, y) => x - y)[a.length >> 1];
 
 void (async () => {
   const ds = await openDataSource('postgres');
-  await ds.query(
-    `CREATE TABLE IF NOT EXISTS ${BUSINESS_TABLE} (id UUID PRIMARY KEY, total INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
-  );
-  await ds.query(
-    `CREATE TABLE IF NOT EXISTS ${HANDROLLED_TABLE} (id UUID PRIMARY KEY, type VARCHAR(255) NOT NULL, event_key VARCHAR(512), payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), processed_at TIMESTAMPTZ)`,
-  );
+  await resetBusinessTables(ds);
   await dropOutboxTables(ds);
   // WAKEUPS=0: the app without wake-ups (no NOTIFY after commits).
   const ours = await createOurApp(
@@ -66,14 +62,11 @@ void (async () => {
     const cpu0 = process.cpuUsage();
     for (let i = 0; i < N; i++) {
       const id = randomUUID();
-      const payload = { orderId: id, total: i, lines: [{ sku: 'A-1', qty: 1 }] };
+      const payload = orderPayload(id, i);
       if (PER_TX) await qr.startTransaction();
-      await qr.query(`INSERT INTO ${BUSINESS_TABLE} (id, total) VALUES ($1, $2)`, [id, i]);
+      await insertOrder(qr, id, i);
       if (mode === 'hand') {
-        await qr.query(
-          `INSERT INTO ${HANDROLLED_TABLE} (id, type, event_key, payload) VALUES ($1, $2, $3, $4)`,
-          [randomUUID(), EVENT_TYPE, id, JSON.stringify(payload)],
-        );
+        await insertHandrolled(qr, EVENT_TYPE, id, payload);
       } else {
         await ours.outbox.append({ type: EVENT_TYPE, key: id, payload }, { manager: qr.manager });
       }

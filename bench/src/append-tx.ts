@@ -38,6 +38,7 @@ import {
   runMain,
   TABLE_PREFIX,
 } from './common';
+import { insertHandrolled, insertOrder, orderPayload, resetBusinessTables } from './business';
 import { createOurApp, EVENT_TYPE, OurApp } from './ours';
 
 /** Transactions per client in the timed window. */
@@ -49,7 +50,7 @@ const PER_CLIENT: Record<number, number> = {
 const WARMUP = envInt('BENCH_APPEND_TX_WARMUP', 300);
 type Kind = 'business' | 'raw' | 'ours' | 'ours-nowake';
 /** The variant's work inside one transaction, after BEGIN. */
-type Body = (qr: QueryRunner, id: string, i: number) => Promise<void>;
+type Body = (qr: QueryRunner, id: string, i: number) => Promise<unknown>;
 
 runMain(async () => {
   const { variant, round } = args();
@@ -63,22 +64,10 @@ runMain(async () => {
   // Pool of 10 (openDataSource): 8 clients hold one connection each for the whole run; the
   // rest is free for what the library does outside the transaction (e.g. a wake-up NOTIFY).
   const ds = await openDataSource('postgres');
-  await ds.query(
-    `CREATE TABLE IF NOT EXISTS ${BUSINESS_TABLE} (id UUID PRIMARY KEY, total INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
-  );
-  await ds.query(
-    `CREATE TABLE IF NOT EXISTS ${HANDROLLED_TABLE} (id UUID PRIMARY KEY, type VARCHAR(255) NOT NULL, event_key VARCHAR(512), payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), processed_at TIMESTAMPTZ)`,
-  );
-  await ds.query(`TRUNCATE ${BUSINESS_TABLE}, ${HANDROLLED_TABLE}`);
+  await resetBusinessTables(ds);
   await dropOutboxTables(ds);
 
-  const business = (qr: QueryRunner, id: string, i: number) =>
-    qr.query(`INSERT INTO ${BUSINESS_TABLE} (id, total) VALUES ($1, $2)`, [id, i]);
-  const payloadOf = (id: string, i: number) => ({
-    orderId: id,
-    total: i,
-    lines: [{ sku: 'A-1', qty: 1 }],
-  });
+  const business = insertOrder;
 
   let ours: OurApp | null = null;
   let body: Body;
@@ -89,10 +78,7 @@ runMain(async () => {
     case 'raw':
       body = async (qr, id, i) => {
         await business(qr, id, i);
-        await qr.query(
-          `INSERT INTO ${HANDROLLED_TABLE} (id, type, event_key, payload) VALUES ($1, $2, $3, $4)`,
-          [randomUUID(), EVENT_TYPE, id, JSON.stringify(payloadOf(id, i))],
-        );
+        await insertHandrolled(qr, EVENT_TYPE, id, orderPayload(id, i));
       };
       break;
     case 'ours':
@@ -105,7 +91,7 @@ runMain(async () => {
       body = async (qr, id, i) => {
         await business(qr, id, i);
         await outbox.append(
-          { type: EVENT_TYPE, key: id, payload: payloadOf(id, i) },
+          { type: EVENT_TYPE, key: id, payload: orderPayload(id, i) },
           { manager: qr.manager },
         );
       };

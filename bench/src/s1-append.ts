@@ -24,6 +24,7 @@ import {
   runMain,
 } from './common';
 import { dropPgBossSchema, PgBossLike, startPgBoss } from './baselines';
+import { insertHandrolled, insertOrder, orderPayload, resetBusinessTables } from './business';
 import { createOurApp, EVENT_TYPE, OurApp } from './ours';
 
 const N = envInt('BENCH_S1_N', 5000);
@@ -36,13 +37,7 @@ type Step = (qr: QueryRunner, i: number, id: string, payload: object) => Promise
 runMain(async () => {
   const { variant, round } = args();
   const ds = await openDataSource('postgres');
-  await ds.query(
-    `CREATE TABLE IF NOT EXISTS ${BUSINESS_TABLE} (id UUID PRIMARY KEY, total INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now())`,
-  );
-  await ds.query(
-    `CREATE TABLE IF NOT EXISTS ${HANDROLLED_TABLE} (id UUID PRIMARY KEY, type VARCHAR(255) NOT NULL, event_key VARCHAR(512), payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), processed_at TIMESTAMPTZ)`,
-  );
-  await ds.query(`TRUNCATE ${BUSINESS_TABLE}, ${HANDROLLED_TABLE}`);
+  await resetBusinessTables(ds);
   await dropOutboxTables(ds);
   await dropPgBossSchema((q) => ds.query(q));
 
@@ -51,8 +46,7 @@ runMain(async () => {
   let step: Step;
   let flush: (qr: QueryRunner) => Promise<void> = async () => undefined;
 
-  const business = (qr: QueryRunner, id: string, i: number) =>
-    qr.query(`INSERT INTO ${BUSINESS_TABLE} (id, total) VALUES ($1, $2)`, [id, i]);
+  const business = insertOrder;
 
   switch (variant) {
     case 'ours':
@@ -85,10 +79,7 @@ runMain(async () => {
     case 'handrolled':
       step = async (qr, i, id, payload) => {
         await business(qr, id, i);
-        await qr.query(
-          `INSERT INTO ${HANDROLLED_TABLE} (id, type, event_key, payload) VALUES ($1, $2, $3, $4)`,
-          [randomUUID(), EVENT_TYPE, id, JSON.stringify(payload)],
-        );
+        await insertHandrolled(qr, EVENT_TYPE, id, payload);
       };
       break;
     case 'pgboss':
@@ -125,7 +116,7 @@ runMain(async () => {
     try {
       for (let i = 0; i < count; i++) {
         const id = randomUUID();
-        await step(qr, i, id, { orderId: id, total: i, lines: [{ sku: 'A-1', qty: 1 }] });
+        await step(qr, i, id, orderPayload(id, i));
       }
       await flush(qr);
       if (commit) await qr.commitTransaction();

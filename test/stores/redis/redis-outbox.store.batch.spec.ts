@@ -58,6 +58,11 @@ function strip(e: AppendableEvent) {
 describeWithService('redis', 'RedisOutboxStore batches', () => {
   let client: Redis;
   let stringNumbers: Redis;
+  /** Both clients, for `it.each`: a plain one and one reading integers as strings. */
+  const clients = (): Array<[string, () => Redis]> => [
+    ['', () => client],
+    [' (a client reading integers as strings: ioredis stringNumbers)', () => stringNumbers],
+  ];
   let prefix: string;
 
   beforeEach(() => {
@@ -142,10 +147,7 @@ describeWithService('redis', 'RedisOutboxStore batches', () => {
     expect(await client.exists(`{${prefix}}:e:${e.id}`)).toBe(0);
   });
 
-  it.each([
-    ['', () => client],
-    [' (a client reading integers as strings: ioredis stringNumbers)', () => stringNumbers],
-  ])(
+  it.each(clients())(
     'decodes every field of a claimed delivery, including a type its handler does not list and headers%s',
     async (_, use) => {
       const store = new RedisOutboxStore({ client: use(), prefix });
@@ -168,10 +170,7 @@ describeWithService('redis', 'RedisOutboxStore batches', () => {
     },
   );
 
-  it.each([
-    ['', () => client],
-    [' (ioredis stringNumbers)', () => stringNumbers],
-  ])(
+  it.each(clients())(
     'returns ids, keys, payloads and headers of any content exactly as appended (the reply is JSON)%s',
     async (_, use) => {
       const store = new RedisOutboxStore({ client: use(), prefix });

@@ -72,6 +72,17 @@ function payloadsOn(dialect: TestDialect): void {
     expect(again[0].id).toBe(events[0].id);
   }, 30_000);
 
+  /** Claims what is due for `A` and returns each claimed event's payload by event id. */
+  async function claimedPayloads(workerId: string): Promise<Map<string, unknown>> {
+    const claimed = await tables.store.claim({
+      workerId,
+      handlers: [A],
+      limit: 10,
+      leaseMs: 30_000,
+    });
+    return new Map(claimed.map((c) => [c.event.id, c.event.payload]));
+  }
+
   it('writes the JSON text the service serialized and returns its parse, one event and several', async () => {
     // The service validates by serializing; the store writes that text rather than serializing
     // again, and returns the payload the service parsed from it.
@@ -86,13 +97,7 @@ function payloadsOn(dialect: TestDialect): void {
     const storedMany = await tables.store.append(many);
     expect(storedOne.payload).toBe(one.payload);
     expect(storedMany.map((e) => e.payload)).toEqual(many.map((e) => e.payload));
-    const claimed = await tables.store.claim({
-      workerId: 'w2',
-      handlers: [A],
-      limit: 10,
-      leaseMs: 30_000,
-    });
-    const byId = new Map(claimed.map((c) => [c.event.id, c.event.payload]));
+    const byId = await claimedPayloads('w2');
     for (const e of [one, ...many]) expect(byId.get(e.id)).toEqual(e.payload);
   });
 
@@ -114,13 +119,7 @@ function payloadsOn(dialect: TestDialect): void {
     inPlace.handlers = ['A.handle'];
     inPlace.payload = { v: 2 };
     await tables.store.append([inPlace]);
-    const claimed = await tables.store.claim({
-      workerId: 'w3',
-      handlers: [A],
-      limit: 10,
-      leaseMs: 30_000,
-    });
-    const byId = new Map(claimed.map((c) => [c.event.id, c.event.payload]));
+    const byId = await claimedPayloads('w3');
     expect(byId.get(original.id)).toEqual({ card: '****' });
     expect(byId.get(inPlace.id)).toEqual({ v: 2 });
   });
