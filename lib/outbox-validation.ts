@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { newId } from './ids';
 import { OutboxValidationError } from './errors/outbox-validation.error';
 import { OutboxEventInput } from './interfaces/outbox-event.interface';
 import { OutboxLimits } from './interfaces/outbox-module-options.interface';
@@ -155,7 +155,7 @@ export function validateEvent(
   }
   const event: AppendableEvent = {
     // Lower-case, so every store (PostgreSQL returns uuid columns lower-cased) agrees on ids.
-    id: (id ?? randomUUID()).toLowerCase(),
+    id: (id ?? newId()).toLowerCase(),
     type,
     // Round-trip through JSON so what is stored is exactly what handlers will read back; the
     // text is what the store writes (serialized once, see payload-text).

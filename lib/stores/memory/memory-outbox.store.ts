@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { DuplicateEventError } from '../../errors/duplicate-event.error';
 import { LeaseLostError } from '../../errors/lease-lost.error';
 import { OUTBOX_ERROR_HISTORY, UNEXPANDED_HANDLER } from '../../outbox.constants';
+import { newId } from '../../ids';
 import { OutboxEvent } from '../../interfaces/outbox-event.interface';
 import {
   AppendableEvent,
@@ -122,7 +123,7 @@ export class MemoryOutboxStore implements OutboxStore {
 
   private addDelivery(event: StoredEvent, handler: string): void {
     const delivery: StoredDelivery = {
-      id: randomUUID(),
+      id: newId(),
       eventId: event.id,
       seq: event.seq,
       handler,
@@ -194,7 +195,7 @@ export class MemoryOutboxStore implements OutboxStore {
       if (!handlers) continue;
       this.deliveries.delete(d.id);
       for (const handler of handlers) {
-        const id = randomUUID();
+        const id = newId();
         this.deliveries.set(id, { ...d, id, handler, errors: [] });
       }
     }

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { newId } from '../../../ids';
 import { DuplicateEventError } from '../../../errors/duplicate-event.error';
 import { OutboxEvent } from '../../../interfaces/outbox-event.interface';
 import { AppendableEvent, StoreAppendOptions } from '../../../interfaces/outbox-store.interface';
@@ -154,7 +154,7 @@ function toAppendRow(e: AppendableEvent): AppendRow {
     headers: JSON.stringify(e.headers ?? {}),
     occurredAt: e.occurredAt,
     availableAt: e.availableAt,
-    deliveries: handlers.map((handler) => ({ id: randomUUID(), handler })),
+    deliveries: handlers.map((handler) => ({ id: newId(), handler })),
   };
 }
 

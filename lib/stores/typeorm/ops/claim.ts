@@ -4,6 +4,7 @@ import { UNEXPANDED_HANDLER } from '../../../outbox.constants';
 import { ClaimCandidates, Plan } from '../dialects/sql-dialect';
 import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
 import { StoreContext } from './context';
+import { newId } from '../../../ids';
 
 interface ClaimShape {
   names: string[];
@@ -185,7 +186,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
         for (const row of rows) {
           for (const handler of byType.get(String(row.event_type)) ?? []) {
             copies.push(
-              sql`SELECT ${d.uuid(randomUUID())}, event_seq, event_type, event_key, ${handler}, status, attempts, available_at, errors FROM ${D} WHERE id = ${row.id}`,
+              sql`SELECT ${d.uuid(newId())}, event_seq, event_type, event_key, ${handler}, status, attempts, available_at, errors FROM ${D} WHERE id = ${row.id}`,
             );
           }
         }
