@@ -16,6 +16,10 @@
  *               library defaults otherwise (wake-ups on: a coalesced pg_notify after commits)
  *   ours-nowake-C  the same with `dispatcher.wakeups: false` (not in the default list: pick it
  *               with BENCH_APPEND_TX_VARIANTS, e.g. ours-1,ours-nowake-1,raw-1)
+ *   stmt-C      + the library's own one-event append statement (text and prepared name taken from
+ *               a real append), sent straight to the `pg` client with the values an append would
+ *               bind, no library code around it: what the statement costs through the driver, so
+ *               ours ÷ stmt is the library's own share (not in the default list)
  *
  * Also recorded: Node CPU µs per transaction (process.cpuUsage over the timed window) and, where
  * /proc is readable, the PostgreSQL backends' CPU µs per transaction (every backend connected to
@@ -39,7 +43,45 @@ import {
   TABLE_PREFIX,
 } from './common';
 import { insertHandrolled, insertOrder, orderPayload, resetBusinessTables } from './business';
-import { createOurApp, EVENT_TYPE, OurApp } from './ours';
+import { libRoot } from './lib';
+import { createOurApp, EVENT_TYPE, HANDLER_NAME, OurApp } from './ours';
+
+interface PgClient {
+  query(config: { name?: string; text: string; values?: unknown[] }): Promise<unknown>;
+}
+
+/** Ids as the library makes them (UUID version 7), for the stmt variant's values. */
+const newId: () => string = require(`${libRoot}/ids`).newId;
+
+/**
+ * The library's one-event append statement as it sends it (prepared name and text): one real
+ * append in a rolled-back transaction, with the `pg` client's `query` watched.
+ */
+async function captureAppendStatement(
+  ds: import('typeorm').DataSource,
+  app: OurApp,
+): Promise<{ name: string; text: string }> {
+  const qr = ds.createQueryRunner();
+  await qr.startTransaction();
+  const client = (await qr.connect()) as PgClient;
+  const query = client.query;
+  let seen: { name: string; text: string } | null = null;
+  client.query = function (this: unknown, config: { name?: string; text: string }) {
+    if (typeof config === 'object' && config.name?.startsWith('nestjs_outbox_')) {
+      seen ??= { name: config.name, text: config.text };
+    }
+    return query.apply(this, [config] as never);
+  } as PgClient['query'];
+  try {
+    await app.outbox.append({ type: EVENT_TYPE, payload: {} }, { manager: qr.manager });
+  } finally {
+    client.query = query;
+    await qr.rollbackTransaction();
+    await qr.release();
+  }
+  if (!seen) throw new Error('stmt: the append sent no prepared statement');
+  return seen;
+}
 
 /** Transactions per client in the timed window. */
 const PER_CLIENT: Record<number, number> = {
@@ -48,7 +90,7 @@ const PER_CLIENT: Record<number, number> = {
 };
 /** Committed warm-up transactions (all clients together), not timed. */
 const WARMUP = envInt('BENCH_APPEND_TX_WARMUP', 300);
-type Kind = 'business' | 'raw' | 'ours' | 'ours-nowake';
+type Kind = 'business' | 'raw' | 'ours' | 'ours-nowake' | 'stmt';
 /** The variant's work inside one transaction, after BEGIN. */
 type Body = (qr: QueryRunner, id: string, i: number) => Promise<unknown>;
 
@@ -56,7 +98,10 @@ runMain(async () => {
   const { variant, round } = args();
   const kind = variant.slice(0, variant.lastIndexOf('-')) as Kind;
   const clients = Number(variant.slice(variant.lastIndexOf('-') + 1));
-  if (!['business', 'raw', 'ours', 'ours-nowake'].includes(kind) || !(clients in PER_CLIENT)) {
+  if (
+    !['business', 'raw', 'ours', 'ours-nowake', 'stmt'].includes(kind) ||
+    !(clients in PER_CLIENT)
+  ) {
     throw new Error(`unknown variant ${variant}`);
   }
   const perClient = PER_CLIENT[clients];
@@ -94,6 +139,30 @@ runMain(async () => {
           { type: EVENT_TYPE, key: id, payload: orderPayload(id, i) },
           { manager: qr.manager },
         );
+      };
+      break;
+    }
+    case 'stmt': {
+      ours = await createOurApp({ kind: 'typeorm', dataSource: ds }, { enabled: false });
+      const statement = await captureAppendStatement(ds, ours);
+      body = async (qr, id, i) => {
+        await business(qr, id, i);
+        const client = (await qr.connect()) as PgClient;
+        await client.query({
+          name: statement.name,
+          text: statement.text,
+          values: [
+            newId(),
+            EVENT_TYPE,
+            id,
+            JSON.stringify(orderPayload(id, i)),
+            '{}',
+            new Date().toISOString(),
+            null,
+            [newId()],
+            [HANDLER_NAME],
+          ],
+        });
       };
       break;
     }
@@ -169,12 +238,15 @@ runMain(async () => {
       ms,
       txPerSec: (total / ms) * 1000,
       cpuUsPerTx: (cpu.user + cpu.system) / total,
+      sysUsPerTx: cpu.system / total,
       pgCpuUsPerTx: pgMs > 0 ? +((pgMs * 1000) / total).toFixed(1) : undefined,
       settings: {
         clients,
         perClient,
         warmup: WARMUP,
-        ...(ours !== null ? { wakeups: kind === 'ours' ? 'library default (on)' : false } : {}),
+        ...(kind === 'ours' || kind === 'ours-nowake'
+          ? { wakeups: kind === 'ours' ? 'library default (on)' : false }
+          : {}),
       },
     });
   } finally {

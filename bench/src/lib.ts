@@ -13,9 +13,9 @@ import type * as Lib from '../../lib';
 export type { OutboxDispatcherOptions, OutboxEvent } from '../../lib';
 
 const choice = process.env.BENCH_LIB;
-const root =
+export const libRoot =
   choice === 'lib' ? '../../lib' : choice ? resolve(__dirname, '..', choice) : '../../dist';
-export const lib: typeof Lib = require(root);
+export const lib: typeof Lib = require(libRoot);
 
 /**
  * The store classes, which the package barrel does not export (users get stores from the module
@@ -26,9 +26,9 @@ export const stores: {
   TypeOrmOutboxStore: typeof import('../../lib/stores/typeorm/typeorm-outbox.store').TypeOrmOutboxStore;
 } = {
   get RedisOutboxStore() {
-    return require(`${root}/stores/redis/redis-outbox.store`).RedisOutboxStore;
+    return require(`${libRoot}/stores/redis/redis-outbox.store`).RedisOutboxStore;
   },
   get TypeOrmOutboxStore() {
-    return require(`${root}/stores/typeorm/typeorm-outbox.store`).TypeOrmOutboxStore;
+    return require(`${libRoot}/stores/typeorm/typeorm-outbox.store`).TypeOrmOutboxStore;
   },
 };
