@@ -50,8 +50,6 @@ interface PgClient {
   query(config: { name?: string; text: string; values?: unknown[] }): Promise<unknown>;
 }
 
-/** Ids as the library makes them (UUID version 7), for the stmt variant's values. */
-const newId: () => string = require(`${libRoot}/ids`).newId;
 
 /**
  * The library's one-event append statement as it sends it (prepared name and text): one real
@@ -145,6 +143,8 @@ runMain(async () => {
     case 'stmt': {
       ours = await createOurApp({ kind: 'typeorm', dataSource: ds }, { enabled: false });
       const statement = await captureAppendStatement(ds, ours);
+      // Ids as the library makes them (UUID version 7; required here: older builds have none).
+      const newId: () => string = require(`${libRoot}/ids`).newId;
       body = async (qr, id, i) => {
         await business(qr, id, i);
         const client = (await qr.connect()) as PgClient;

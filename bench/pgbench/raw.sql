@@ -1,0 +1,5 @@
+-- The business transaction plus one row in a hand-rolled outbox table (see run.sh).
+BEGIN;
+INSERT INTO pb_orders (id, total) VALUES (gen_random_uuid(), 1);
+INSERT INTO pb_raw (id, type, event_key, payload) VALUES (gen_random_uuid(), 'order.created', md5(random()::text), '{"orderId":"0f8fad5b-d9cb-469f-a165-70867728950e","total":1,"lines":[{"sku":"A-1","qty":1}]}');
+COMMIT;
