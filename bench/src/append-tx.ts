@@ -50,7 +50,6 @@ interface PgClient {
   query(config: { name?: string; text: string; values?: unknown[] }): Promise<unknown>;
 }
 
-
 /**
  * The library's one-event append statement as it sends it (prepared name and text): one real
  * append in a rolled-back transaction, with the `pg` client's `query` watched.
