@@ -5,7 +5,9 @@ import { AppendableEvent } from 'nestjs-outbox';
 import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import {
   WAKEUP_APPLICATION_NAME,
+  WAKEUP_LISTENERS_TTL_MS,
   wakeupChannel,
+  wakeupListenerLock,
 } from '../../../lib/stores/typeorm/dialects/postgres/wakeups';
 import { describeWithService } from '../../support/services';
 import { eventually } from '../../dispatcher/wake-test-helpers';
@@ -56,6 +58,11 @@ function noChannel(dialect: 'sqlite' | 'mariadb') {
 describe('typeorm wake-ups [sqlite]: no channel', () => noChannel('sqlite'));
 describeWithService('mariadb', 'typeorm wake-ups: no channel', () => noChannel('mariadb'));
 
+function spyOptions() {
+  const o = dataSourceOptions('postgres') as { host: string; port: number; database: string };
+  return { host: o.host, port: o.port, user: 'postgres', database: o.database };
+}
+
 describeWithService('postgres', 'typeorm wake-ups', () => {
   let ds: DataSource;
   let h: Awaited<ReturnType<typeof storeFor>>;
@@ -65,13 +72,17 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
   beforeAll(async () => {
     ds = await openDataSource('postgres');
     h = await storeFor(ds, uniquePrefix('wkp'));
-    const o = dataSourceOptions('postgres') as { host: string; port: number; database: string };
-    spy = new Client({ host: o.host, port: o.port, user: 'postgres', database: o.database });
+    spy = new Client(spyOptions());
     await spy.connect();
     spy.on('notification', (m) => {
       if (m.channel === h.store.wakeupChannel) received.push(Date.now());
     });
     await spy.query(`LISTEN "${h.store.wakeupChannel}"`);
+    // Listening as a dispatcher does: producers signal only while someone holds this lock.
+    await spy.query(
+      'SELECT pg_advisory_lock_shared($1, $2)',
+      wakeupListenerLock(h.store.wakeupChannel!),
+    );
     h.store.publishWakeups();
   });
   afterAll(async () => {
@@ -210,6 +221,59 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     }
   });
 
+  it('sends no NOTIFY while no other process listens (nobody, or only its own dispatcher), and does once one does', async () => {
+    // An outbox of its own (its own channel), watched by a bare LISTEN that producers cannot see.
+    const prefix = uniquePrefix('wkq');
+    const own = await storeFor(ds, prefix);
+    const producer = own.store;
+    const watch = new Client(spyOptions());
+    const heard: number[] = [];
+    await watch.connect();
+    watch.on('notification', () => heard.push(Date.now()));
+    await watch.query(`LISTEN "${producer.wakeupChannel}"`);
+    const appendSpaced = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        await producer.append([event()]);
+        await new Promise((r) => setTimeout(r, 20)); // past the 5 ms coalescing window
+      }
+    };
+    const otherDs = await openDataSource('postgres');
+    const other = new TypeOrmOutboxStore(otherDs, { tablePrefix: prefix });
+    let ownWakes = 0;
+    let otherWakes = 0;
+    producer.publishWakeups();
+    const stopOwn = producer.onWakeup(() => ownWakes++);
+    try {
+      expect(await eventually(() => ownWakes === 1, 5_000)).toBe(true); // its own listener
+      await appendSpaced(5);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(heard).toHaveLength(0);
+
+      // Another process starts listening: within the look-up interval, signals go out again.
+      const stopOther = other.onWakeup(() => otherWakes++);
+      expect(await eventually(() => otherWakes === 1, 5_000)).toBe(true);
+      await new Promise((r) => setTimeout(r, WAKEUP_LISTENERS_TTL_MS + 100));
+      await appendSpaced(3);
+      expect(await eventually(() => otherWakes >= 2 && heard.length >= 1, 2_000)).toBe(true);
+
+      // It stops: after the interval, nothing is sent again.
+      await stopOther();
+      await new Promise((r) => setTimeout(r, WAKEUP_LISTENERS_TTL_MS + 100));
+      await appendSpaced(1); // may still go out on the look-up it starts
+      heard.length = 0;
+      await appendSpaced(3);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(heard).toHaveLength(0);
+      expect(ownWakes).toBe(1);
+    } finally {
+      await stopOwn();
+      await producer.close();
+      await watch.end();
+      await otherDs.destroy();
+      await own.drop();
+    }
+  });
+
   it('close() stops listening and leaves nothing on the DataSource', async () => {
     const other = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix });
     const before = ds.subscribers.length;
@@ -217,12 +281,16 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     let wakes = 0;
     other.onWakeup(() => wakes++);
     expect(await eventually(() => wakes === 1, 5_000)).toBe(true);
+    // Its listening connection, seen by its name and the channel's listener lock.
+    const [classid, objid] = wakeupListenerLock(other.wakeupChannel!);
     const listening = async () =>
       Number(
         (
           await ds.query(
-            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND query = $2`,
-            [WAKEUP_APPLICATION_NAME, `LISTEN "${other.wakeupChannel}"`],
+            `SELECT count(*)::int AS n FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+             WHERE a.application_name = $1 AND l.locktype = 'advisory' AND l.objsubid = 2
+               AND l.classid = $2::oid AND l.objid = $3::oid`,
+            [WAKEUP_APPLICATION_NAME, String(classid), String(objid)],
           )
         )[0].n,
       );

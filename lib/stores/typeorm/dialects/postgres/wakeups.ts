@@ -5,7 +5,7 @@ import { reconnectDelay } from '../../../wakeups';
 /** The part of a `pg` Client the wake-up listener uses. */
 interface PgListenClient {
   connect(): Promise<unknown>;
-  query(text: string): Promise<unknown>;
+  query(text: string, values?: unknown[]): Promise<{ rows?: Array<Record<string, unknown>> }>;
   end(): Promise<unknown>;
   on(
     event: 'notification',
@@ -33,6 +33,19 @@ export function wakeupChannel(prefix: string, schema: string | null): string {
   return `${readable}_${hash}`;
 }
 
+/** How long a producer trusts its last look at whether anyone else listens (ms). */
+export const WAKEUP_LISTENERS_TTL_MS = 1_000;
+
+/**
+ * The advisory lock (two int4 keys, both non-negative) that every connection listening on
+ * `channel` holds in shared mode while it listens: how a producer sees, in `pg_locks`, whether
+ * any process is listening at all. `LISTEN` itself leaves no trace another session can read.
+ */
+export function wakeupListenerLock(channel: string): [number, number] {
+  const digest = createHash('sha1').update(`nestjs-outbox listeners:${channel}`).digest();
+  return [digest.readUInt32BE(0) & 0x7fffffff, digest.readUInt32BE(4) & 0x7fffffff];
+}
+
 /**
  * PostgreSQL wake-ups: `pg_notify` on a pooled connection after a commit (never inside the
  * producer's transaction, so commits are not serialised behind the NOTIFY queue lock), and
@@ -45,12 +58,23 @@ export class PostgresWakeups {
    * heard of those commits in-process already). Not trusted for anything else.
    */
   private readonly origin = randomBytes(6).toString('hex');
+  private readonly listenerLock: [number, number];
+  /** Backend pids of this store's own listening connections (its dispatcher hears in-process). */
+  private readonly ownListeners = new Set<number>();
+  /** The last look at `pg_locks`: whether another connection listens, and when it was taken. */
+  private others: { listening: boolean; at: number } | null = null;
+  private looking: Promise<boolean> | null = null;
+  /** NOTIFYs sent, and skipped because no one else listened. */
+  readonly counts = { sent: 0, skipped: 0 };
 
   constructor(
     private readonly dataSource: DataSource,
     readonly channel: string,
     private readonly onError: (error: unknown) => void,
-  ) {}
+    private readonly clock: () => number = () => performance.now(),
+  ) {
+    this.listenerLock = wakeupListenerLock(channel);
+  }
 
   /**
    * One NOTIFY: a hint, not data (the payload only names the sending store). Its transaction
@@ -61,6 +85,13 @@ export class PostgresWakeups {
    * hint was sent, and a crash that loses it loses nothing the poll does not find.
    */
   async notify(): Promise<void> {
+    // Nobody else listening (one process whose dispatcher heard in-process, or producers only):
+    // the NOTIFY would be a transaction for no one.
+    if (!(await this.othersListening())) {
+      this.counts.skipped++;
+      return;
+    }
+    this.counts.sent++;
     // A query runner of its own: `DataSource.query` may be routed into the caller's open
     // transaction (typeorm-transactional does so), where the setting would reach their commit.
     const runner = this.dataSource.createQueryRunner('master');
@@ -75,6 +106,44 @@ export class PostgresWakeups {
   }
 
   /**
+   * Whether a connection other than this store's own listeners holds the channel's listener
+   * lock: looked up at most once per WAKEUP_LISTENERS_TTL_MS (one read of `pg_locks`), so a
+   * process that starts listening hears signals within that time — before then its poll and
+   * the claim it makes on connecting find the events. If the look fails, signals are sent.
+   */
+  private async othersListening(): Promise<boolean> {
+    const now = this.clock();
+    if (this.others && now - this.others.at < WAKEUP_LISTENERS_TTL_MS) {
+      return this.others.listening;
+    }
+    this.looking ??= this.lookForListeners().finally(() => (this.looking = null));
+    return this.looking;
+  }
+
+  private async lookForListeners(): Promise<boolean> {
+    let listening = true;
+    const runner = this.dataSource.createQueryRunner('master');
+    try {
+      const rows: Array<{ listening: boolean }> = await runner.query(
+        `SELECT EXISTS (
+  SELECT 1 FROM pg_locks
+  WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::oid AND objid = $2::oid
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND pid <> ALL($3::int[])
+) AS listening`,
+        [String(this.listenerLock[0]), String(this.listenerLock[1]), [...this.ownListeners]],
+      );
+      listening = rows[0]?.listening !== false;
+    } catch (error) {
+      this.onError(error);
+    } finally {
+      await runner.release();
+    }
+    this.others = { listening, at: this.clock() };
+    return listening;
+  }
+
+  /**
    * Listens until the returned function is called: `listener` runs on each notification and
    * after each (re)connect. A dropped connection is replaced after a doubling delay.
    */
@@ -83,6 +152,7 @@ export class PostgresWakeups {
     let attempt = 0;
     let timer: NodeJS.Timeout | null = null;
     let current: PgListenClient | null = null;
+    let currentPid: number | null = null;
 
     const schedule = () => {
       if (closed) return;
@@ -94,9 +164,14 @@ export class PostgresWakeups {
       if (closed) return;
       const client = new (this.clientClass())(this.clientConfig());
       let dropped = false;
+      let pid: number | null = null;
       const drop = (error?: unknown) => {
         if (dropped) return;
         dropped = true;
+        if (pid !== null && currentPid === pid) {
+          this.ownListeners.delete(pid);
+          currentPid = null;
+        }
         if (error) this.onError(error);
         if (current === client) current = null;
         client.removeAllListeners('notification');
@@ -111,6 +186,14 @@ export class PostgresWakeups {
       try {
         await client.connect();
         await client.query(`LISTEN "${this.channel}"`);
+        // Held while this connection lives: producers see that someone listens. Shared, so any
+        // number of listeners hold it at once.
+        const { rows } = await client.query(
+          'SELECT pg_advisory_lock_shared($1, $2), pg_backend_pid() AS pid',
+          this.listenerLock,
+        );
+        const backend = Number(rows?.[0]?.pid);
+        pid = Number.isInteger(backend) ? backend : null;
       } catch (error) {
         drop(error);
         return;
@@ -120,6 +203,8 @@ export class PostgresWakeups {
         return;
       }
       current = client;
+      currentPid = pid;
+      if (pid !== null) this.ownListeners.add(pid);
       attempt = 0;
       // Signals sent while we were not listening are gone: look for their events now.
       listener();
@@ -131,6 +216,8 @@ export class PostgresWakeups {
       if (timer) clearTimeout(timer);
       const client = current;
       current = null;
+      if (currentPid !== null) this.ownListeners.delete(currentPid);
+      currentPid = null;
       if (client) {
         client.removeAllListeners('end');
         client.on('end', () => undefined);
