@@ -20,6 +20,11 @@
  *   raw-pg                  the ceiling: a plain table claimed 100 rows at a time by
  *                           `UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, then
  *                           `DELETE … WHERE id = ANY($1)`, 4 concurrent loops on a pg Pool.
+ *   stmt-pg                 our schema and our own claim and ack statements (text, prepared name
+ *                           and parameters taken from a real claim and ack of the store) in the
+ *                           raw-pg loop: 4 loops, 100 per claim, no dispatcher, no fences kept,
+ *                           no events built. stmt-pg ÷ raw-pg is what the statements cost (schema,
+ *                           per-delivery state, fencing in SQL); ours ÷ stmt-pg the library's share.
  *   pgboss                  pg-boss 10: 10 × work(), batchSize 100, pollingIntervalSeconds 0.5.
  *   graphile                graphile-worker 0.17 batch jobs: N / 100 jobs whose payload is an array
  *                           of 100 events, run() with concurrency 10.
@@ -63,6 +68,7 @@ import {
   graphileWorker,
   startPgBoss,
 } from './baselines';
+import { stores } from './lib';
 import { createOurApp, EVENT_TYPE, HANDLER_NAME, sink } from './ours';
 
 const N = envInt('BENCH_DISPATCH_N', 20_000);
@@ -432,6 +438,157 @@ RETURNING id, type, payload`;
 }
 
 // ---------------------------------------------------------------------------------------------
+// our statements in the raw loop (PostgreSQL)
+
+interface SentStatement {
+  name: string;
+  text: string;
+  values: unknown[];
+}
+
+/** Runs `work` and returns the prepared statements the library sent meanwhile, in order. */
+async function watchPrepared(
+  ds: DataSource,
+  work: () => Promise<unknown>,
+): Promise<SentStatement[]> {
+  const Client = (
+    ds.driver as unknown as { postgres: { Client: { prototype: { query: unknown } } } }
+  ).postgres.Client;
+  const query = Client.prototype.query as (...args: unknown[]) => unknown;
+  const sent: SentStatement[] = [];
+  Client.prototype.query = function (this: unknown, ...args: unknown[]) {
+    const config = args[0] as Partial<SentStatement> | string;
+    if (typeof config === 'object' && config.name?.startsWith('nestjs_outbox_')) {
+      sent.push({ name: config.name, text: config.text!, values: [...(config.values ?? [])] });
+    }
+    return query.apply(this, args);
+  };
+  try {
+    await work();
+  } finally {
+    Client.prototype.query = query;
+  }
+  return sent;
+}
+
+async function stmtPg(c: Counter): Promise<Extra> {
+  const ds = await openDataSource('postgres');
+  await dropOutboxTables(ds);
+  return withCleanup(
+    async () => {
+      await dropOutboxTables(ds);
+      await ds.destroy();
+    },
+    async () => {
+      const app = await createOurApp({ kind: 'typeorm', dataSource: ds }, { enabled: false });
+      try {
+        // N events for the loop plus CAPTURE for one real claim and ack.
+        const CAPTURE = 7;
+        for (let i = 0; i < N + CAPTURE; i += 500) {
+          const count = Math.min(500, N + CAPTURE - i);
+          await app.outbox.append(
+            Array.from({ length: count }, (_, j) => ({
+              type: EVENT_TYPE,
+              key: null,
+              payload: payload(i + j),
+            })),
+          );
+        }
+        const store = new stores.TypeOrmOutboxStore(ds, { tablePrefix: TABLE_PREFIX });
+        const owner = 'stmt-pg';
+        let claimed: Awaited<ReturnType<typeof store.claim>> = [];
+        const [claimStmt] = await watchPrepared(ds, async () => {
+          claimed = await store.claim({
+            workerId: owner,
+            handlers: [{ name: HANDLER_NAME, types: [EVENT_TYPE] }],
+            limit: CAPTURE,
+            leaseMs: 30_000,
+          });
+        });
+        const [ackStmt] = await watchPrepared(ds, () => store.ackMany(claimed.map((d) => d.lease)));
+        const token = claimed[0]?.lease.token;
+        const tokenAt = claimStmt?.values.indexOf(token);
+        const limitAt = claimStmt?.values.indexOf(CAPTURE);
+        if (
+          claimed.length !== CAPTURE ||
+          !ackStmt ||
+          tokenAt === undefined ||
+          tokenAt < 0 ||
+          limitAt === undefined ||
+          limitAt < 0
+        ) {
+          throw new Error(
+            'stmt-pg: could not find the claim and ack statements and their token / limit parameters',
+          );
+        }
+        // The ack's second array holds one fence per lease, built from the token: the same
+        // text with this claim's token in its place.
+        const fenceOf = (t: string) => String((ackStmt.values[1] as string[])[0]).replace(token, t);
+
+        const { Pool } = (ds.driver as unknown as { postgres: { Pool: new (o: object) => PgPool } })
+          .postgres;
+        const pool = new Pool({ ...PG, max: RAW_LOOPS + 1 });
+        let acked = 0;
+        const handler = async (_row: unknown) => c.hit();
+        const loop = async () => {
+          for (;;) {
+            const fresh = randomUUID();
+            const values = [...claimStmt.values];
+            values[tokenAt] = fresh;
+            values[limitAt] = RAW_BATCH;
+            const { rows } = await pool.query({
+              name: claimStmt.name,
+              text: claimStmt.text,
+              values,
+            });
+            if (rows.length === 0) return;
+            await Promise.all(rows.map(handler));
+            const ids = rows.map((r: { id: string }) => r.id);
+            const fence = fenceOf(fresh);
+            const res = await pool.query({
+              name: ackStmt.name,
+              text: ackStmt.text,
+              values: [ids, ids.map(() => fence)],
+            });
+            acked += res.rowCount ?? 0;
+          }
+        };
+        try {
+          c.t0 = now();
+          await Promise.all(Array.from({ length: RAW_LOOPS }, loop));
+        } finally {
+          await pool.end();
+        }
+        c.check('stmt-pg');
+        const [{ left }] = await ds.query(
+          `SELECT count(*)::int AS left FROM ${TABLE_PREFIX}deliveries`,
+        );
+        if (acked !== N || left !== 0) throw new Error(`stmt-pg: acked ${acked}, left ${left}`);
+        return {
+          settings: {
+            batch: RAW_BATCH,
+            loops: RAW_LOOPS,
+            pool: RAW_LOOPS + 1,
+            statements: 'the library’s claim and ack (prepared)',
+          },
+        };
+      } finally {
+        await app.close();
+      }
+    },
+  );
+}
+
+interface PgPool {
+  query(config: {
+    name: string;
+    text: string;
+    values: unknown[];
+  }): Promise<{ rows: any[]; rowCount: number | null }>;
+  end(): Promise<void>;
+}
+
+// ---------------------------------------------------------------------------------------------
 // raw Lua claim + ack on Redis
 
 const RAW_KEYS = {
@@ -718,6 +875,7 @@ runMain(async () => {
     extra = await ours(c, 'pg', HISTORY_CONFIG, true, 0);
   else if (m) extra = await ours(c, m[1], m[2], false);
   else if (variant === 'raw-pg') extra = await rawPg(c);
+  else if (variant === 'stmt-pg') extra = await stmtPg(c);
   else if (variant === 'raw-lua') extra = await rawLua(c);
   else if (variant === 'pgboss') extra = await pgboss(c);
   else if (variant === 'graphile') extra = await graphile(c);

@@ -92,6 +92,7 @@ const SCENARIOS: Scenario[] = [
     variants: [
       'ours-pg-defaults',
       'raw-pg',
+      'stmt-pg',
       'ours-pg-tuned',
       'graphile',
       'ours-redis-defaults',
@@ -109,6 +110,8 @@ const SCENARIOS: Scenario[] = [
     pairs: [
       ['ours-pg-defaults', 'raw-pg', 0.6],
       ['ours-pg-tuned', 'raw-pg', 0.6],
+      ['stmt-pg', 'raw-pg'],
+      ['ours-pg-defaults', 'stmt-pg'],
       ['ours-pg-defaults', 'graphile', 1.0],
       ['ours-pg-tuned', 'graphile', 1.0],
       ['ours-pg-defaults', 'pgboss', 3.0],
