@@ -21,7 +21,7 @@ export function newId(): string {
   const r = POOL;
   const o = offset;
   offset += 10;
-  const ms = Date.now();
+  const ms = Math.floor(Date.now());
   if (ms > lastMs) {
     lastMs = ms;
     counter = ((r[o + 8] & 0x07) << 8) | r[o + 9];

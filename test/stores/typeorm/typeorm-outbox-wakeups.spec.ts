@@ -4,8 +4,10 @@ import { DataSource } from 'typeorm';
 import { AppendableEvent } from 'nestjs-outbox';
 import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import {
+  PostgresWakeups,
   WAKEUP_APPLICATION_NAME,
   WAKEUP_LISTENERS_TTL_MS,
+  WAKEUP_LISTENING_TTL_MS,
   wakeupChannel,
   wakeupListenerLock,
 } from '../../../lib/stores/typeorm/dialects/postgres/wakeups';
@@ -62,6 +64,81 @@ function spyOptions() {
   const o = dataSourceOptions('postgres') as { host: string; port: number; database: string };
   return { host: o.host, port: o.port, user: 'postgres', database: o.database };
 }
+
+describe('PostgresWakeups: whether anyone listens (no database)', () => {
+  /** A DataSource whose query runners answer the pg_locks look with `listening` (or fail). */
+  function fakeDataSource(answer: () => boolean | Error) {
+    const sent: string[] = [];
+    let looks = 0;
+    const ds = {
+      createQueryRunner: () => ({
+        query: async (text: string) => {
+          if (text.includes('pg_locks')) {
+            looks++;
+            const a = answer();
+            if (a instanceof Error) throw a;
+            return [{ listening: a }];
+          }
+          sent.push(text);
+          return [];
+        },
+        release: async () => undefined,
+      }),
+    };
+    return { ds: ds as never, sent, looks: () => looks };
+  }
+
+  it('skips the NOTIFY while nobody listens, trusting "nobody" for a second and "someone" for 30 s', async () => {
+    let listening = false;
+    let now = 0;
+    const f = fakeDataSource(() => listening);
+    const w = new PostgresWakeups(
+      f.ds,
+      'ch',
+      () => undefined,
+      () => now,
+    );
+    await Promise.all([w.notify(), w.notify(), w.notify()]); // one look for all three
+    expect(f.looks()).toBe(1);
+    expect(f.sent).toHaveLength(0);
+    expect(w.counts).toEqual({ sent: 0, skipped: 3 });
+    listening = true;
+    now += WAKEUP_LISTENERS_TTL_MS - 1;
+    await w.notify();
+    expect(f.sent).toHaveLength(0); // "nobody" still trusted
+    now += 1;
+    await w.notify();
+    expect(f.looks()).toBe(2);
+    expect(f.sent).toHaveLength(1);
+    listening = false;
+    now += WAKEUP_LISTENING_TTL_MS - 1;
+    await w.notify(); // "someone" still trusted: sent to nobody, harmless
+    expect(f.sent).toHaveLength(2);
+    now += 1;
+    await w.notify();
+    expect(f.looks()).toBe(3);
+    expect(f.sent).toHaveLength(2);
+  });
+
+  it('sends when the look fails, reporting the error once per look', async () => {
+    let now = 0;
+    const errors: unknown[] = [];
+    const f = fakeDataSource(() => new Error('permission denied for pg_locks'));
+    const w = new PostgresWakeups(
+      f.ds,
+      'ch',
+      (e) => errors.push(e),
+      () => now,
+    );
+    await Promise.all([w.notify(), w.notify()]);
+    await w.notify();
+    expect(f.sent).toHaveLength(3);
+    expect(errors).toHaveLength(1);
+    now += WAKEUP_LISTENING_TTL_MS;
+    await w.notify();
+    expect(errors).toHaveLength(2);
+  });
+});
 
 describeWithService('postgres', 'typeorm wake-ups', () => {
   let ds: DataSource;
@@ -142,10 +219,11 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     let wakes = 0;
     const stop = worker.onWakeup(() => wakes++);
     try {
-      expect(await eventually(() => wakes === 1, 5_000)).toBe(true); // connected
+      // Connected, and its second look a listener TTL later.
+      expect(await eventually(() => wakes === 2, 5_000)).toBe(true);
       expect(await worker.claim(request)).toHaveLength(0); // an empty probe: quiet period
       const [appended] = await h.store.append([event([])]); // no local handler: a placeholder
-      expect(await eventually(() => wakes === 2, 2_000)).toBe(true);
+      expect(await eventually(() => wakes === 3, 2_000)).toBe(true);
       const claimed = await worker.claim(request);
       expect(claimed.map((c) => c.event.id)).toEqual([appended.id]);
     } finally {
@@ -162,12 +240,13 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     const stopOwn = h.store.onWakeup(() => own++);
     const stopOther = other.onWakeup(() => others++);
     try {
-      expect(await eventually(() => own === 1 && others === 1, 5_000)).toBe(true); // connected
+      // Connected, and each listener's second look a listener TTL later.
+      expect(await eventually(() => own === 2 && others === 2, 5_000)).toBe(true);
       await h.store.append([event()]);
-      expect(await eventually(() => others === 2, 2_000)).toBe(true);
+      expect(await eventually(() => others === 3, 2_000)).toBe(true);
       expect(received.length).toBeGreaterThanOrEqual(1); // it was sent
       await new Promise((r) => setTimeout(r, 100));
-      expect(own).toBe(1);
+      expect(own).toBe(2);
     } finally {
       await stopOwn();
       await stopOther();
@@ -221,7 +300,7 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     }
   });
 
-  it('sends no NOTIFY while no other process listens (nobody, or only its own dispatcher), and does once one does', async () => {
+  it('sends no NOTIFY while no other process listens (only its own dispatcher), and does once another one does', async () => {
     // An outbox of its own (its own channel), watched by a bare LISTEN that producers cannot see.
     const prefix = uniquePrefix('wkq');
     const own = await storeFor(ds, prefix);
@@ -256,15 +335,10 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
       await appendSpaced(3);
       expect(await eventually(() => otherWakes >= 2 && heard.length >= 1, 2_000)).toBe(true);
 
-      // It stops: after the interval, nothing is sent again.
+      // (Once it stops, producers keep signalling until their "someone listens" expires: the
+      // no-database tests above show both lifetimes.)
       await stopOther();
-      await new Promise((r) => setTimeout(r, WAKEUP_LISTENERS_TTL_MS + 100));
-      await appendSpaced(1); // may still go out on the look-up it starts
-      heard.length = 0;
-      await appendSpaced(3);
-      await new Promise((r) => setTimeout(r, 200));
-      expect(heard).toHaveLength(0);
-      expect(ownWakes).toBe(1);
+      expect(ownWakes).toBe(2); // connected, and its look a listener TTL later: no signal
     } finally {
       await stopOwn();
       await producer.close();
@@ -273,6 +347,41 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
       await own.drop();
     }
   });
+
+  it('a listener that reconnects looks again once producers have seen its lock: what committed between is claimed without a signal', async () => {
+    const prefix = uniquePrefix('wkr');
+    const own = await storeFor(ds, prefix);
+    const producer = own.store;
+    const workerDs = await openDataSource('postgres');
+    const worker = new TypeOrmOutboxStore(workerDs, { tablePrefix: prefix });
+    const [classid, objid] = wakeupListenerLock(producer.wakeupChannel!);
+    const holders = `FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::oid AND objid = $2::oid`;
+    const keys = [String(classid), String(objid)];
+    const held = async () =>
+      Number((await ds.query(`SELECT count(*)::int AS n ${holders}`, keys))[0].n);
+    let wakes = 0;
+    producer.publishWakeups();
+    const stop = worker.onWakeup(() => wakes++);
+    try {
+      expect(await eventually(() => wakes === 2, 5_000)).toBe(true); // connected + its second look
+      await ds.query(`SELECT pg_terminate_backend(pid) ${holders}`, keys);
+      expect(await eventually(async () => (await held()) === 0, 2_000)).toBe(true);
+      // The producer looks while nobody listens: "nobody" for a listener TTL.
+      await producer.append([event()]);
+      expect(await eventually(async () => (await held()) === 1, 3_000)).toBe(true);
+      expect(await eventually(() => wakes === 3, 2_000)).toBe(true); // reconnected: claims at once
+      const afterReconnect = Date.now();
+      await producer.append([event()]); // committed after it listens again; no NOTIFY is sent
+      expect(await eventually(() => wakes === 4, WAKEUP_LISTENERS_TTL_MS + 1_000)).toBe(true);
+      expect(Date.now() - afterReconnect).toBeLessThan(WAKEUP_LISTENERS_TTL_MS + 1_000);
+    } finally {
+      await stop();
+      await producer.close();
+      await worker.close();
+      await workerDs.destroy();
+      await own.drop();
+    }
+  }, 20_000);
 
   it('close() stops listening and leaves nothing on the DataSource', async () => {
     const other = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix });

@@ -33,8 +33,16 @@ export function wakeupChannel(prefix: string, schema: string | null): string {
   return `${readable}_${hash}`;
 }
 
-/** How long a producer trusts its last look at whether anyone else listens (ms). */
+/**
+ * How long a producer trusts a look that found no other listener (ms): a process that starts
+ * listening is signalled at most this long after it took the lock.
+ */
 export const WAKEUP_LISTENERS_TTL_MS = 1_000;
+/**
+ * How long a producer trusts a look that found one (ms): a stale "yes" costs only NOTIFYs nobody
+ * hears, so `pg_locks` — which copies the server's whole lock table — is read rarely.
+ */
+export const WAKEUP_LISTENING_TTL_MS = 30_000;
 
 /**
  * The advisory lock (two int4 keys, both non-negative) that every connection listening on
@@ -107,20 +115,22 @@ export class PostgresWakeups {
 
   /**
    * Whether a connection other than this store's own listeners holds the channel's listener
-   * lock: looked up at most once per WAKEUP_LISTENERS_TTL_MS (one read of `pg_locks`), so a
-   * process that starts listening hears signals within that time — before then its poll and
-   * the claim it makes on connecting find the events. If the look fails, signals are sent.
+   * lock (one read of `pg_locks`): "no" is trusted for WAKEUP_LISTENERS_TTL_MS, "yes" for
+   * WAKEUP_LISTENING_TTL_MS. A process that starts listening is signalled within the first;
+   * what commits before that is found by the claims it makes on connecting and one such TTL
+   * later (`listen`). If the look fails, signals are sent.
    */
   private async othersListening(): Promise<boolean> {
     const now = this.clock();
-    if (this.others && now - this.others.at < WAKEUP_LISTENERS_TTL_MS) {
-      return this.others.listening;
-    }
+    const ttl = this.others?.listening ? WAKEUP_LISTENING_TTL_MS : WAKEUP_LISTENERS_TTL_MS;
+    if (this.others && now - this.others.at < ttl) return this.others.listening;
     this.looking ??= this.lookForListeners().finally(() => (this.looking = null));
     return this.looking;
   }
 
   private async lookForListeners(): Promise<boolean> {
+    // Dated when the look starts: a lock taken while it waits for a connection may be missed.
+    const at = this.clock();
     let listening = true;
     const runner = this.dataSource.createQueryRunner('master');
     try {
@@ -139,7 +149,7 @@ export class PostgresWakeups {
     } finally {
       await runner.release();
     }
-    this.others = { listening, at: this.clock() };
+    this.others = { listening, at };
     return listening;
   }
 
@@ -153,6 +163,7 @@ export class PostgresWakeups {
     let timer: NodeJS.Timeout | null = null;
     let current: PgListenClient | null = null;
     let currentPid: number | null = null;
+    let settle: NodeJS.Timeout | null = null;
 
     const schedule = () => {
       if (closed) return;
@@ -206,14 +217,23 @@ export class PostgresWakeups {
       currentPid = pid;
       if (pid !== null) this.ownListeners.add(pid);
       attempt = 0;
-      // Signals sent while we were not listening are gone: look for their events now.
+      // Signals sent while we were not listening are gone: look for their events now. A
+      // producer that looked just before the lock was taken sends nothing for up to
+      // WAKEUP_LISTENERS_TTL_MS more: look once again when that has passed.
       listener();
+      if (settle) clearTimeout(settle);
+      settle = setTimeout(() => {
+        settle = null;
+        if (current === client) listener();
+      }, WAKEUP_LISTENERS_TTL_MS + 100);
+      settle.unref();
     };
 
     void connect();
     return async () => {
       closed = true;
       if (timer) clearTimeout(timer);
+      if (settle) clearTimeout(settle);
       const client = current;
       current = null;
       if (currentPid !== null) this.ownListeners.delete(currentPid);
