@@ -9,6 +9,7 @@ import { wakeupSuite } from './wakeups.suite';
 describeWithService('postgres', 'wake-ups across processes', () =>
   wakeupSuite({
     transactions: true,
+    wakeupsPerConnect: 2,
     async setup() {
       const prefix = uniquePrefix('wk');
       const dataSource: DataSource = await openDataSource('postgres');
