@@ -248,7 +248,8 @@ export async function runChaos(partial: Partial<ChaosOptions> = {}): Promise<Cha
     new Promise((ready, fail) => {
       const child = fork(join(__dirname, 'worker.ts'), [], {
         cwd: ROOT,
-        execArgv: ['-r', 'ts-node/register/transpile-only'],
+        // The test suite passes its cached transpile hook (same compile, faster start).
+        execArgv: ['-r', process.env.CHAOS_TS_REGISTER ?? 'ts-node/register/transpile-only'],
         env: {
           ...process.env,
           TS_NODE_PROJECT: join(ROOT, 'tsconfig.json'),

@@ -12,6 +12,7 @@ import {
   TestDialect,
   uniquePrefix,
 } from './stores/typeorm/typeorm-test-helpers';
+import { TS_REGISTER } from './support/child-process';
 
 function capture() {
   const lines: string[] = [];
@@ -88,7 +89,7 @@ describe('nestjs-outbox CLI: which tables', () => {
     const run = (...argv: string[]) =>
       spawnSync(
         process.execPath,
-        ['-r', 'ts-node/register/transpile-only', resolve(__dirname, '../lib/cli.ts'), ...argv],
+        ['-r', TS_REGISTER, resolve(__dirname, '../lib/cli.ts'), ...argv],
         { encoding: 'utf8', cwd: resolve(__dirname, '..') },
       );
     const sql = run('schema', 'sql', '--dialect', 'sqlite', '--inbox');

@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { resolve } from 'node:path';
 import { MissingDependencyError } from '../lib/errors/missing-dependency.error';
 import { assertInstalled } from '../lib/optional-peers';
+import { TS_REGISTER } from './support/child-process';
 
 /**
  * Optional peers load only for the store or feature that needs them: an app on the memory store
@@ -17,15 +18,11 @@ describe('optional peer dependencies', () => {
       const peers = ['typeorm', 'ioredis', 'pg', 'mysql2', 'better-sqlite3', '@nestjs/typeorm', 'nestjs-cls', '@nestjs-cls/transactional', 'amqplib', 'prom-client', '@nestjs/terminus', '@opentelemetry/api', '@nestjs/event-emitter'];
       console.log(JSON.stringify(peers.filter((p) => loaded.some((f) => f.includes('/node_modules/' + p + '/')))));
     `;
-    const out = execFileSync(
-      process.execPath,
-      ['-r', 'ts-node/register/transpile-only', '-e', script],
-      {
-        cwd: resolve(__dirname, '..'),
-        encoding: 'utf8',
-        env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
-      },
-    );
+    const out = execFileSync(process.execPath, ['-r', TS_REGISTER, '-e', script], {
+      cwd: resolve(__dirname, '..'),
+      encoding: 'utf8',
+      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
+    });
     expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual([]);
   });
 });
@@ -48,15 +45,11 @@ function withoutPackages(hidden: string[], script: string): string {
       return resolveFilename.call(this, request, ...rest);
     };
   `;
-  const out = execFileSync(
-    process.execPath,
-    ['-r', 'ts-node/register/transpile-only', '-e', `${hide}\n${script}`],
-    {
-      cwd: resolve(__dirname, '..'),
-      encoding: 'utf8',
-      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
-    },
-  );
+  const out = execFileSync(process.execPath, ['-r', TS_REGISTER, '-e', `${hide}\n${script}`], {
+    cwd: resolve(__dirname, '..'),
+    encoding: 'utf8',
+    env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
+  });
   return out.trim().split('\n').pop()!;
 }
 

@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { resolve } from 'node:path';
+import { TS_REGISTER } from '../support/child-process';
 
 /**
  * class-validator and class-transformer are optional peers needed only by the admin API: importing
@@ -15,15 +16,11 @@ it('loads class-validator and class-transformer only when the admin module is re
     OutboxAdminModule.register({ allowUnauthenticated: true });
     console.log(JSON.stringify({ before, after: loaded() }));
   `;
-  const out = execFileSync(
-    process.execPath,
-    ['-r', 'ts-node/register/transpile-only', '-e', script],
-    {
-      cwd: resolve(__dirname, '../..'),
-      encoding: 'utf8',
-      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
-    },
-  );
+  const out = execFileSync(process.execPath, ['-r', TS_REGISTER, '-e', script], {
+    cwd: resolve(__dirname, '../..'),
+    encoding: 'utf8',
+    env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
+  });
   expect(JSON.parse(out.trim().split('\n').pop()!)).toEqual({
     before: [],
     after: ['class-validator', 'class-transformer'],

@@ -8,7 +8,11 @@
  */
 import { ChaosStore } from '../../chaos/common';
 import { killAllWorkers, runChaos, summaryLine } from '../../chaos/driver';
+import { TS_REGISTER } from '../support/child-process';
 import { describeWithService } from '../support/services';
+
+// Worker processes compile lib/ as under ts-node, through the suite's cached hook (faster starts).
+process.env.CHAOS_TS_REGISTER = TS_REGISTER;
 
 function chaosLedger(store: ChaosStore): void {
   afterAll(() => killAllWorkers());

@@ -1,6 +1,7 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { TS_REGISTER } from '../support/child-process';
 
 /**
  * The library on NestJS 12, which is ESM-only. Jest's module registry cannot load ESM packages
@@ -53,13 +54,7 @@ describe('on NestJS 12 (ESM-only), in a child process', () => {
     if (problem) return;
     const out = execFileSync(
       process.execPath,
-      [
-        '-r',
-        'ts-node/register/transpile-only',
-        '-r',
-        join(DIR, 'nest12-resolve.js'),
-        join(DIR, 'app.ts'),
-      ],
+      ['-r', TS_REGISTER, '-r', join(DIR, 'nest12-resolve.js'), join(DIR, 'app.ts')],
       {
         cwd: ROOT,
         encoding: 'utf8',

@@ -26,9 +26,10 @@ export interface ScaleResult {
 }
 
 /**
- * Appends `events` (spread round-robin over `keys` keys, `n` counting up within each key) from an
- * API-style app, starts `workers` worker processes, sends them 'go' together and waits until every
- * event has run; then stops the workers (graceful shutdown) and collects their counters.
+ * Starts `workers` worker processes, appends `events` (spread round-robin over `keys` keys, `n`
+ * counting up within each key) from an API-style app while they boot, sends them 'go' together
+ * once all are ready and waits until every event has run; then stops the workers (graceful
+ * shutdown) and collects their counters.
  */
 export async function runScale(options: {
   kind: ScaleStoreKind;
@@ -62,21 +63,6 @@ export async function runScale(options: {
     ProducerModule,
     { logger: false },
   );
-  const outbox = producer.get(OutboxService);
-  for (let from = 0; from < events; from += 1_000) {
-    const count = Math.min(1_000, events - from);
-    await outbox.append(
-      Array.from({ length: count }, (_, i) => {
-        const index = from + i;
-        return {
-          type: SCALE_TYPE,
-          key: `k${index % keys}`,
-          payload: { n: Math.floor(index / keys) },
-        };
-      }),
-    );
-  }
-
   const children: FixtureProcess[] = [];
   const runs: Run[] = [];
   const seen = new Set<string>();
@@ -124,6 +110,22 @@ export async function runScale(options: {
         if (message.frozen && options.pause) void thaw(child, message.frozen, options.pause.ms);
       });
       children.push(child);
+    }
+    // The workers boot (seconds each on two busy cores) while the backlog is appended; their
+    // dispatchers start only on 'go', below, so all of them still start on the whole backlog.
+    const outbox = producer.get(OutboxService);
+    for (let from = 0; from < events; from += 1_000) {
+      const count = Math.min(1_000, events - from);
+      await outbox.append(
+        Array.from({ length: count }, (_, i) => {
+          const index = from + i;
+          return {
+            type: SCALE_TYPE,
+            key: `k${index % keys}`,
+            payload: { n: Math.floor(index / keys) },
+          };
+        }),
+      );
     }
     await Promise.all(children.map((c) => c.next((m) => m === 'ready')));
     const startedAt = performance.timeOrigin + performance.now();

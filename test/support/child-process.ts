@@ -3,6 +3,12 @@ import { resolve } from 'node:path';
 
 const ROOT = resolve(__dirname, '..', '..');
 
+/**
+ * `-r` this in a child process instead of `ts-node/register/transpile-only`: the same compile
+ * (TypeScript's transpileModule with tsconfig.json's options), cached on disk across processes.
+ */
+export const TS_REGISTER = resolve(__dirname, 'ts-register.js');
+
 /** A TypeScript fixture running in a child process, talking to the test over IPC. */
 export interface FixtureProcess {
   readonly child: ChildProcess;
@@ -18,13 +24,14 @@ export interface FixtureProcess {
 }
 
 /**
- * Forks `file` (a `.ts` fixture) under ts-node with the test's environment plus `env`. Messages
- * that arrive before anyone waits for them are kept, so `next()` never misses one.
+ * Forks `file` (a `.ts` fixture, compiled as by ts-node: see TS_REGISTER) with the test's
+ * environment plus `env`. Messages that arrive before anyone waits for them are kept, so `next()`
+ * never misses one.
  */
 export function forkFixture(file: string, env: Record<string, string> = {}): FixtureProcess {
   const child = fork(file, [], {
     cwd: ROOT,
-    execArgv: ['-r', 'ts-node/register/transpile-only'],
+    execArgv: ['-r', TS_REGISTER],
     env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json', ...env },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
   });

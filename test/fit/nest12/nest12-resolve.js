@@ -1,7 +1,7 @@
 /* global require, __dirname */
 /*
  * Preloaded (`node -r`) into the NestJS 12 fixture: every `require('@nestjs/…')` made by CommonJS
- * code — the library's (lib/, compiled on the fly by ts-node) and the fixture's — resolves to the
+ * code — the library's (lib/, transpiled on the fly) and the fixture's — resolves to the
  * NestJS 12 packages installed next to this file, as if the app had installed NestJS 12 itself.
  * NestJS 12 is ESM-only: Node 20.19+ loads it through require(esm), and its own `import`s resolve
  * from where it is installed. Everything else (typeorm, drivers, rxjs, reflect-metadata,
