@@ -268,12 +268,13 @@ export class OutboxExplorer implements OnModuleInit {
   }
 }
 
-/** Hands the event and the handler context to the method's parameters, by index. */
+/** Nest's container and the module a handler's class belongs to. */
 interface EnhancerHost {
   container: NestContainer;
   moduleKey: string;
 }
 
+/** Hands the event and the handler context to the method's parameters, by index. */
 const OUTBOX_PARAMS_FACTORY: ParamsFactory = {
   exchangeKeyForValue: (type: number, _data: unknown, args: unknown[]) => args[type],
 };

@@ -40,7 +40,9 @@ import {
   PG,
   postgresBackendCpu,
   runMain,
+  SentStatement,
   TABLE_PREFIX,
+  watchPrepared,
 } from './common';
 import { insertHandrolled, insertOrder, orderPayload, resetBusinessTables } from './business';
 import { libRoot } from './lib';
@@ -52,7 +54,7 @@ interface PgClient {
 
 /**
  * The library's one-event append statement as it sends it (prepared name and text): one real
- * append in a rolled-back transaction, with the `pg` client's `query` watched.
+ * append in a rolled-back transaction, watched.
  */
 async function captureAppendStatement(
   ds: import('typeorm').DataSource,
@@ -60,24 +62,17 @@ async function captureAppendStatement(
 ): Promise<{ name: string; text: string }> {
   const qr = ds.createQueryRunner();
   await qr.startTransaction();
-  const client = (await qr.connect()) as PgClient;
-  const query = client.query;
-  let seen: { name: string; text: string } | null = null;
-  client.query = function (this: unknown, config: { name?: string; text: string }) {
-    if (typeof config === 'object' && config.name?.startsWith('nestjs_outbox_')) {
-      seen ??= { name: config.name, text: config.text };
-    }
-    return query.apply(this, [config] as never);
-  } as PgClient['query'];
+  let sent: SentStatement[];
   try {
-    await app.outbox.append({ type: EVENT_TYPE, payload: {} }, { manager: qr.manager });
+    sent = await watchPrepared(ds, () =>
+      app.outbox.append({ type: EVENT_TYPE, payload: {} }, { manager: qr.manager }),
+    );
   } finally {
-    client.query = query;
     await qr.rollbackTransaction();
     await qr.release();
   }
-  if (!seen) throw new Error('stmt: the append sent no prepared statement');
-  return seen;
+  if (sent.length === 0) throw new Error('stmt: the append sent no prepared statement');
+  return { name: sent[0].name, text: sent[0].text };
 }
 
 /** Transactions per client in the timed window. */

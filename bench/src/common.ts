@@ -316,3 +316,37 @@ export function cpuBetween(before: Map<number, number>, after: Map<number, numbe
   for (const [pid, t] of after) ms += t - (before.get(pid) ?? 0);
   return ms;
 }
+
+export interface SentStatement {
+  name: string;
+  text: string;
+  values: unknown[];
+}
+
+/**
+ * Runs `work` and returns the prepared statements the library sent meanwhile, in order (name,
+ * text, values), watched on the `pg` Client class TypeORM loaded for `ds`.
+ */
+export async function watchPrepared(
+  ds: DataSource,
+  work: () => Promise<unknown>,
+): Promise<SentStatement[]> {
+  const Client = (
+    ds.driver as unknown as { postgres: { Client: { prototype: { query: unknown } } } }
+  ).postgres.Client;
+  const query = Client.prototype.query as (...args: unknown[]) => unknown;
+  const sent: SentStatement[] = [];
+  Client.prototype.query = function (this: unknown, ...args: unknown[]) {
+    const config = args[0] as Partial<SentStatement> | string;
+    if (typeof config === 'object' && config.name?.startsWith('nestjs_outbox_')) {
+      sent.push({ name: config.name, text: config.text!, values: [...(config.values ?? [])] });
+    }
+    return query.apply(this, args);
+  };
+  try {
+    await work();
+  } finally {
+    Client.prototype.query = query;
+  }
+  return sent;
+}

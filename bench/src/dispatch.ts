@@ -58,6 +58,7 @@ import {
   runMain,
   SqlKind,
   TABLE_PREFIX,
+  watchPrepared,
   waitFor,
 } from './common';
 import {
@@ -439,37 +440,6 @@ RETURNING id, type, payload`;
 
 // ---------------------------------------------------------------------------------------------
 // our statements in the raw loop (PostgreSQL)
-
-interface SentStatement {
-  name: string;
-  text: string;
-  values: unknown[];
-}
-
-/** Runs `work` and returns the prepared statements the library sent meanwhile, in order. */
-async function watchPrepared(
-  ds: DataSource,
-  work: () => Promise<unknown>,
-): Promise<SentStatement[]> {
-  const Client = (
-    ds.driver as unknown as { postgres: { Client: { prototype: { query: unknown } } } }
-  ).postgres.Client;
-  const query = Client.prototype.query as (...args: unknown[]) => unknown;
-  const sent: SentStatement[] = [];
-  Client.prototype.query = function (this: unknown, ...args: unknown[]) {
-    const config = args[0] as Partial<SentStatement> | string;
-    if (typeof config === 'object' && config.name?.startsWith('nestjs_outbox_')) {
-      sent.push({ name: config.name, text: config.text!, values: [...(config.values ?? [])] });
-    }
-    return query.apply(this, args);
-  };
-  try {
-    await work();
-  } finally {
-    Client.prototype.query = query;
-  }
-  return sent;
-}
 
 async function stmtPg(c: Counter): Promise<Extra> {
   const ds = await openDataSource('postgres');

@@ -1,15 +1,8 @@
-import { afterAll, beforeAll, expect, it } from '@jest/globals';
-import { DataSource } from 'typeorm';
+import { expect, it } from '@jest/globals';
 import { DEFAULT_LIMITS } from '../../../lib/outbox-options';
 import { validateEvent } from '../../../lib/outbox-validation';
 import { describeWithService } from '../../support/services';
-import {
-  openDataSource,
-  SERVICE_OF,
-  storeFor,
-  TestDialect,
-  uniquePrefix,
-} from './typeorm-test-helpers';
+import { SERVICE_OF, TestDialect, useTables } from './typeorm-test-helpers';
 
 const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
@@ -19,16 +12,7 @@ const V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}
  * among them — grow at their right edge instead of at a random page per insert.
  */
 function idsOn(dialect: TestDialect): void {
-  let dataSource: DataSource;
-  let tables: Awaited<ReturnType<typeof storeFor>>;
-  beforeAll(async () => {
-    dataSource = await openDataSource(dialect);
-    tables = await storeFor(dataSource, uniquePrefix(`id${dialect.slice(0, 2)}`));
-  });
-  afterAll(async () => {
-    await tables?.drop();
-    await dataSource?.destroy();
-  });
+  const t = useTables(dialect, 'id');
 
   it('events and deliveries appended one after another have ascending version 7 ids', async () => {
     const make = () => {
@@ -36,14 +20,14 @@ function idsOn(dialect: TestDialect): void {
       e.handlers = ['A.handle', 'B.handle'];
       return e;
     };
-    for (let i = 0; i < 20; i++) await tables.store.append([make()]);
-    await tables.store.append(Array.from({ length: 100 }, make));
-    const { events: E, deliveries: D } = tables.tables;
-    const events: { id: string }[] = await dataSource.query(
+    for (let i = 0; i < 20; i++) await t.tables.store.append([make()]);
+    await t.tables.store.append(Array.from({ length: 100 }, make));
+    const { events: E, deliveries: D } = t.tables.tables;
+    const events: { id: string }[] = await t.dataSource.query(
       `SELECT id FROM ${E.text} ORDER BY seq`,
     );
-    const deliveries: { id: string }[] = await dataSource.query(
-      `SELECT id FROM ${D.text} ORDER BY event_seq, id`,
+    const deliveries: { id: string }[] = await t.dataSource.query(
+      `SELECT id FROM ${D.text} ORDER BY event_seq, handler`,
     );
     expect(events).toHaveLength(120);
     expect(deliveries).toHaveLength(240);

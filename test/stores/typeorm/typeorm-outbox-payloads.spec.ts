@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, expect, it } from '@jest/globals';
-import { DataSource } from 'typeorm';
+import { expect, it } from '@jest/globals';
 import {
   AppendableEvent,
   HandlerSubscription,
@@ -8,13 +7,7 @@ import {
 import { DEFAULT_LIMITS } from '../../../lib/outbox-options';
 import { validateEvent } from '../../../lib/outbox-validation';
 import { describeWithService } from '../../support/services';
-import {
-  openDataSource,
-  SERVICE_OF,
-  storeFor,
-  TestDialect,
-  uniquePrefix,
-} from './typeorm-test-helpers';
+import { SERVICE_OF, TestDialect, useTables } from './typeorm-test-helpers';
 
 const A: HandlerSubscription = { name: 'A.handle', types: ['big.event'] };
 const MiB = 1024 * 1024;
@@ -40,23 +33,14 @@ function event(payload: unknown): AppendableEvent {
 }
 
 function payloadsOn(dialect: TestDialect): void {
-  let dataSource: DataSource;
-  let tables: Awaited<ReturnType<typeof storeFor>>;
-  beforeAll(async () => {
-    dataSource = await openDataSource(dialect);
-    tables = await storeFor(dataSource, uniquePrefix(`p${dialect.slice(0, 2)}`));
-  });
-  afterAll(async () => {
-    await tables?.drop();
-    await dataSource?.destroy();
-  });
+  const t = useTables(dialect, 'p');
 
   it('round-trips payloads over 1 MiB with unicode unchanged, several in one append', async () => {
     const events = [1, 2, 3, 4, 5].map((seed) => event(bigPayload(MiB + 1, seed)));
     expect(Buffer.byteLength(JSON.stringify(events[0].payload), 'utf8')).toBeGreaterThan(MiB);
-    const stored = await tables.store.append(events);
+    const stored = await t.tables.store.append(events);
     expect(stored.map((e) => e.id)).toEqual(events.map((e) => e.id));
-    const claimed = await tables.store.claim({
+    const claimed = await t.tables.store.claim({
       workerId: 'w',
       handlers: [A],
       limit: 10,
@@ -68,13 +52,13 @@ function payloadsOn(dialect: TestDialect): void {
       expect(c.event.headers).toEqual(events[i].headers);
     });
     // Appending the same big event again is recognized as identical (SPEC §2.10).
-    const again = await tables.store.append([events[0]]);
+    const again = await t.tables.store.append([events[0]]);
     expect(again[0].id).toBe(events[0].id);
   }, 30_000);
 
   /** Claims what is due for `A` and returns each claimed event's payload by event id. */
   async function claimedPayloads(workerId: string): Promise<Map<string, unknown>> {
-    const claimed = await tables.store.claim({
+    const claimed = await t.tables.store.claim({
       workerId,
       handlers: [A],
       limit: 10,
@@ -93,8 +77,8 @@ function payloadsOn(dialect: TestDialect): void {
     };
     const one = validated({ n: 1, big: 1.5e300, s: 'ü "q" \\', at: new Date(0) });
     const many = [validated({ n: 2 }), validated(null), validated(['x', { y: [1.5] }])];
-    const [storedOne] = await tables.store.append([one]);
-    const storedMany = await tables.store.append(many);
+    const [storedOne] = await t.tables.store.append([one]);
+    const storedMany = await t.tables.store.append(many);
     expect(storedOne.payload).toBe(one.payload);
     expect(storedMany.map((e) => e.payload)).toEqual(many.map((e) => e.payload));
     const byId = await claimedPayloads('w2');
@@ -110,15 +94,15 @@ function payloadsOn(dialect: TestDialect): void {
     );
     original.handlers = ['A.handle'];
     const redacted: AppendableEvent = { ...original, payload: { card: '****' } };
-    const [stored] = await tables.store.append([redacted]);
+    const [stored] = await t.tables.store.append([redacted]);
     expect(stored.payload).toEqual({ card: '****' });
-    const again = await tables.store.append([{ ...original, payload: { card: '****' } }]);
+    const again = await t.tables.store.append([{ ...original, payload: { card: '****' } }]);
     expect(again[0].payload).toEqual({ card: '****' });
     // The same event object with its payload replaced is serialized anew too.
     const inPlace = validateEvent({ type: 'big.event', payload: { v: 1 } }, DEFAULT_LIMITS, 'e');
     inPlace.handlers = ['A.handle'];
     inPlace.payload = { v: 2 };
-    await tables.store.append([inPlace]);
+    await t.tables.store.append([inPlace]);
     const byId = await claimedPayloads('w3');
     expect(byId.get(original.id)).toEqual({ card: '****' });
     expect(byId.get(inPlace.id)).toEqual({ v: 2 });

@@ -74,6 +74,26 @@ export async function storeFor(dataSource: DataSource, prefix: string) {
 }
 
 /**
+ * A DataSource of `dialect` and a store on fresh tables for the enclosing `describe`: opened in
+ * `beforeAll`, dropped and closed in `afterAll`. Read its fields inside tests.
+ */
+export function useTables(dialect: TestDialect, tag: string) {
+  const t = {} as {
+    dataSource: DataSource;
+    tables: Awaited<ReturnType<typeof storeFor>>;
+  };
+  beforeAll(async () => {
+    t.dataSource = await openDataSource(dialect);
+    t.tables = await storeFor(t.dataSource, uniquePrefix(`${tag}${dialect.slice(0, 2)}`));
+  });
+  afterAll(async () => {
+    await t.tables?.drop();
+    await t.dataSource?.destroy();
+  });
+  return t;
+}
+
+/**
  * Makes a MariaDB store claim the way MySQL 8 does (a READ COMMITTED transaction: window, locking
  * select, UPDATE, read back), as it does on a server logging statements, so that path is tested
  * on the MariaDB server the suite has. A no-op on other dialects.
