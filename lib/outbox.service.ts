@@ -15,11 +15,19 @@ import type { OutboxTracing } from './observability/outbox-tracing';
 export interface AppendOptions {
   /**
    * The TypeORM `EntityManager` (or `QueryRunner`) of your open transaction: the events commit or
-   * roll back with it. Omitted with a TypeORM store, the append joins the ambient transaction — a
-   * `@Transactional()` one of `@nestjs-cls/transactional`, else the running `@Inbox()` one — and
-   * refuses when that cannot be joined; with none, the store uses a short transaction of its own.
+   * roll back with it. Omitted, the append joins the ambient transaction — a `@Transactional()`
+   * one of `@nestjs-cls/transactional`, else the running `@Inbox()` one — and is refused when the
+   * store cannot join it (another DataSource, the Redis or memory store); with none, the store
+   * writes the events on their own at once.
    */
   manager?: unknown;
+  /**
+   * The events do not belong to any transaction open around the call: the store writes them on
+   * their own, at once, and they are delivered even if that transaction rolls back. Needed to
+   * append inside an ambient transaction the store cannot join (README "Publishing in your
+   * transaction"); not allowed together with `manager`. @default false
+   */
+  standalone?: boolean;
 }
 
 /** Appends events to the outbox. */
@@ -68,6 +76,10 @@ export class OutboxService {
     return this.tracing.send(types, (stamp) => this.write(list, single, options, stamp));
   }
 
+  private ambientFor(options: AppendOptions): AmbientTransaction | null {
+    return ambientFor(options, this.options.store, this.ambient);
+  }
+
   private async write<T>(
     list: OutboxEventInput<T>[],
     single: boolean,
@@ -85,11 +97,7 @@ export class OutboxService {
       valid.handlers = this.registry.handlerNamesFor(valid.type);
       events[i] = valid;
     }
-    // Only SQL stores can join a transaction: memory ignores a manager, Redis refuses one.
-    const ambient =
-      options.manager === undefined && this.options.store.type === 'typeorm'
-        ? this.ambient.current()
-        : null;
+    const ambient = this.ambientFor(options);
     const stored = await this.store
       .append(events, { manager: options.manager ?? ambient?.manager })
       .catch((error: unknown) => {
@@ -108,6 +116,45 @@ export class OutboxService {
     }
     return (single ? stored[0] : stored) as OutboxEvent<T> | OutboxEvent<T>[];
   }
+}
+
+/**
+ * The ambient transaction an append without `manager` joins (README Guarantees 1), or null. One
+ * the store cannot join is refused: committing the event on its own would publish it even if that
+ * transaction rolled back, unless the caller said the event is independent of it (`standalone`).
+ */
+function ambientFor(
+  options: AppendOptions,
+  store: ResolvedOutboxOptions['store'],
+  ambient: AmbientTransactions,
+): AmbientTransaction | null {
+  const { standalone } = options;
+  if (standalone !== undefined && typeof standalone !== 'boolean') {
+    throw new OutboxValidationError('options.standalone', 'must be true, false or left out');
+  }
+  if (standalone && options.manager !== undefined) {
+    throw new OutboxValidationError(
+      'options.standalone',
+      'cannot be combined with options.manager: pass { manager } to write in that transaction, ' +
+        'or { standalone: true } alone to write the events on their own',
+    );
+  }
+  if (standalone || options.manager !== undefined) return null;
+  const found = ambient.current();
+  if (!found || joinsTransactions(store)) return found;
+  throw new OutboxValidationError(
+    'options.standalone',
+    `append() runs inside a ${found.source} transaction that the ${store.type} store cannot join: ` +
+      'the event would be published even if that transaction rolled back, so nothing was written. ' +
+      'Append after the transaction commits, use a TypeORM store on the same DataSource, or pass ' +
+      '{ standalone: true } if the event must be published whatever that transaction does.',
+  );
+}
+
+/** Only a SQL store (or a custom store that says so) commits events with the caller's transaction. */
+function joinsTransactions(store: ResolvedOutboxOptions['store']): boolean {
+  if (store.type === 'typeorm') return true;
+  return store.type === 'custom' && store.store.joinsTransactions === true;
 }
 
 /** The validated headers plus the trace context `stamp` adds, each added value within the limit. */

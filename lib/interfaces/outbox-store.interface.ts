@@ -174,6 +174,14 @@ export interface CleanupResult {
  * the live lease (README Guarantees 4). Times come from the store clock (README Guarantees 5).
  */
 export interface OutboxStore {
+  /**
+   * True when `append()` writes with `options.manager` (a TypeORM `EntityManager` or
+   * `QueryRunner`), so the events commit or roll back with that transaction. `OutboxService` hands
+   * such a store the ambient transaction (`@Transactional()`, `@Inbox()`); for a store without it,
+   * an `append()` inside an ambient transaction is refused unless the caller passes
+   * `{ standalone: true }`. @default false
+   */
+  readonly joinsTransactions?: boolean;
   append(events: AppendableEvent[], options?: StoreAppendOptions): Promise<OutboxEvent[]>;
   claim(request: ClaimRequest): Promise<ClaimedDelivery[]>;
   renew(lease: Lease, leaseMs: number): Promise<Lease>;
