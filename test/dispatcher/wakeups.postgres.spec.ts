@@ -15,7 +15,7 @@ describeWithService('postgres', 'wake-ups across processes', () =>
       const dataSource: DataSource = await openDataSource('postgres');
       await ensureOutboxSchema(dataSource, { tablePrefix: prefix });
       const store = new TypeOrmOutboxStore(dataSource, { tablePrefix: prefix });
-      const channel = store.wakeupChannel!;
+      const channel = (await store.resolveWakeupChannel())!;
       return {
         store,
         producerEnv: { WAKE_STORE: 'postgres', WAKE_PREFIX: prefix },

@@ -77,9 +77,14 @@ export class TypeOrmOutboxStore implements OutboxStore {
    * instead of every claim failing later.
    */
   init(): Promise<void> {
-    this.initialized ??= this.options.ensureSchema
-      ? ensureOutboxSchema(this.dataSource, this.options)
-      : this.checkSchema();
+    this.initialized ??= (
+      this.options.ensureSchema
+        ? ensureOutboxSchema(this.dataSource, this.options)
+        : this.checkSchema()
+    ).then(async () => {
+      // The wake-up channel follows the schema the tables are in (PostgreSQL).
+      await this.commits.resolveWakeupChannel();
+    });
     return this.initialized;
   }
 
@@ -123,9 +128,17 @@ export class TypeOrmOutboxStore implements OutboxStore {
     return this.commits.onWakeup(listener);
   }
 
-  /** The NOTIFY channel of this outbox (PostgreSQL), `null` elsewhere. */
+  /**
+   * The NOTIFY channel of this outbox (PostgreSQL), `null` elsewhere; without a configured schema,
+   * known once `init()` or `resolveWakeupChannel()` read the connection's `current_schema()`.
+   */
   get wakeupChannel(): string | null {
     return this.commits.wakeupChannel;
+  }
+
+  /** The NOTIFY channel of the schema the tables are in (PostgreSQL), `null` elsewhere. */
+  resolveWakeupChannel(): Promise<string | null> {
+    return this.commits.resolveWakeupChannel();
   }
 
   onAppended(listener: () => void): () => void {

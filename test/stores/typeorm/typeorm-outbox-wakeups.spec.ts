@@ -94,7 +94,8 @@ describe('PostgresWakeups: whether anyone listens (no database)', () => {
     const f = fakeDataSource(() => listening);
     const w = new PostgresWakeups(
       f.ds,
-      'ch',
+      'p_',
+      'public',
       () => undefined,
       () => now,
     );
@@ -126,7 +127,8 @@ describe('PostgresWakeups: whether anyone listens (no database)', () => {
     const f = fakeDataSource(() => new Error('permission denied for pg_locks'));
     const w = new PostgresWakeups(
       f.ds,
-      'ch',
+      'p_',
+      'public',
       (e) => errors.push(e),
       () => now,
     );
@@ -151,15 +153,13 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     h = await storeFor(ds, uniquePrefix('wkp'));
     spy = new Client(spyOptions());
     await spy.connect();
+    const channel = (await h.store.resolveWakeupChannel())!;
     spy.on('notification', (m) => {
-      if (m.channel === h.store.wakeupChannel) received.push(Date.now());
+      if (m.channel === channel) received.push(Date.now());
     });
-    await spy.query(`LISTEN "${h.store.wakeupChannel}"`);
+    await spy.query(`LISTEN "${channel}"`);
     // Listening as a dispatcher does: producers signal only while someone holds this lock.
-    await spy.query(
-      'SELECT pg_advisory_lock_shared($1, $2)',
-      wakeupListenerLock(h.store.wakeupChannel!),
-    );
+    await spy.query('SELECT pg_advisory_lock_shared($1, $2)', wakeupListenerLock(channel));
     h.store.publishWakeups();
   });
   afterAll(async () => {
@@ -309,7 +309,7 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     const heard: number[] = [];
     await watch.connect();
     watch.on('notification', () => heard.push(Date.now()));
-    await watch.query(`LISTEN "${producer.wakeupChannel}"`);
+    await watch.query(`LISTEN "${await producer.resolveWakeupChannel()}"`);
     const appendSpaced = async (n: number) => {
       for (let i = 0; i < n; i++) {
         await producer.append([event()]);
@@ -354,7 +354,7 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     const producer = own.store;
     const workerDs = await openDataSource('postgres');
     const worker = new TypeOrmOutboxStore(workerDs, { tablePrefix: prefix });
-    const [classid, objid] = wakeupListenerLock(producer.wakeupChannel!);
+    const [classid, objid] = wakeupListenerLock((await producer.resolveWakeupChannel())!);
     const holders = `FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::oid AND objid = $2::oid`;
     const keys = [String(classid), String(objid)];
     const held = async () =>
@@ -391,7 +391,7 @@ describeWithService('postgres', 'typeorm wake-ups', () => {
     other.onWakeup(() => wakes++);
     expect(await eventually(() => wakes === 1, 5_000)).toBe(true);
     // Its listening connection, seen by its name and the channel's listener lock.
-    const [classid, objid] = wakeupListenerLock(other.wakeupChannel!);
+    const [classid, objid] = wakeupListenerLock((await other.resolveWakeupChannel())!);
     const listening = async () =>
       Number(
         (

@@ -2,7 +2,7 @@ import type { QueryRunner } from 'typeorm';
 import { OutboxValidationError } from '../../../errors/outbox-validation.error';
 import { AppendListeners } from '../../store-helpers';
 import { CoalescedSignal } from '../../wakeups';
-import { PostgresWakeups, wakeupChannel } from '../dialects/postgres/wakeups';
+import { PostgresWakeups } from '../dialects/postgres/wakeups';
 import { StoreContext } from './context';
 
 /**
@@ -26,10 +26,8 @@ export class CommitWatch {
     const { dialect, dataSource, options } = ctx;
     this.wakeups =
       dialect.name === 'postgres'
-        ? new PostgresWakeups(
-            dataSource,
-            wakeupChannel(dialect.tables.prefix, dialect.tables.schema),
-            (error) => options.onWakeupError?.(error),
+        ? new PostgresWakeups(dataSource, dialect.tables.prefix, dialect.tables.schema, (error) =>
+            options.onWakeupError?.(error),
           )
         : null;
   }
@@ -116,9 +114,17 @@ export class CommitWatch {
     };
   }
 
-  /** The NOTIFY channel of this outbox (PostgreSQL), `null` elsewhere. */
+  /**
+   * The NOTIFY channel of this outbox (PostgreSQL), `null` elsewhere and, without a configured
+   * schema, until `resolveWakeupChannel()` (or the first signal) read `current_schema()`.
+   */
   get wakeupChannel(): string | null {
     return this.wakeups?.channel ?? null;
+  }
+
+  /** PostgreSQL: the channel of the schema the tables are in; `null` elsewhere. */
+  async resolveWakeupChannel(): Promise<string | null> {
+    return this.wakeups ? this.wakeups.resolveChannel() : null;
   }
 
   /** Stops signalling and listening, and leaves nothing behind on the DataSource. */

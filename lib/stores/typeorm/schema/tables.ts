@@ -76,6 +76,7 @@ export function tableNames(
     deadLetters: qualified(`${prefix}dead_letters`),
     version: qualified(`${prefix}schema_version`),
     name: (suffix) => raw(q(`${prefix}${suffix}`.slice(0, DERIVED_NAME_MAX))),
-    lockName: `nestjs-outbox:${useSchema && schema ? `${schema}.` : ''}${prefix}`,
+    // The schema is not part of it: PostgreSQL keys its locks by the effective schema (dialect).
+    lockName: `nestjs-outbox:${prefix}`,
   };
 }

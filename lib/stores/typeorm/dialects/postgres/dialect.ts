@@ -303,13 +303,16 @@ JOIN (SELECT * FROM ${this.tables.events} WHERE seq = ANY(ARRAY(SELECT event_seq
   }
 
   /**
-   * Advisory lock key for a lock name. Advisory locks are per database already; without an
-   * explicit schema the tables live in the session's current schema, so that is part of the key
-   * (two applications with the same prefix in different schemas must not share a lock).
+   * Advisory lock key for a lock name. Advisory locks are per database already; the schema the
+   * tables live in is part of the key (two applications with the same prefix in different schemas
+   * must not share a lock), and it is the effective one — the configured schema, else the
+   * session's `current_schema()` — so a process configured with `schema: 'public'` and one with
+   * none take turns on the same tables.
    */
   private lockKey(name: string): SqlText {
-    const where = this.tables.schema
-      ? sql`current_database()`
+    const schema = this.tables.schema;
+    const where = schema
+      ? sql`current_database() || '.' || ${schema}::text`
       : sql`current_database() || '.' || coalesce(current_schema(), '')`;
     return sql`hashtext(${where} || ':' || ${name}::text)`;
   }

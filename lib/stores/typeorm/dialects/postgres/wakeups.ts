@@ -21,8 +21,9 @@ type PgClientClass = new (config: Record<string, unknown>) => PgListenClient;
 export const WAKEUP_APPLICATION_NAME = 'nestjs-outbox wake-ups';
 
 /**
- * The NOTIFY channel of one outbox (schema + table prefix): a lowercase identifier of at most 63
- * characters, readable, with a hash of both so distinct outboxes never share a channel.
+ * The NOTIFY channel of one outbox (the schema its tables are in + table prefix): a lowercase
+ * identifier of at most 63 characters, readable, with a hash of both so distinct outboxes never
+ * share a channel. `schema` is the effective one (`current_schema()` when none is configured).
  */
 export function wakeupChannel(prefix: string, schema: string | null): string {
   const readable = `${schema ? `${schema}_` : ''}${prefix}wake`.toLowerCase().slice(0, 50);
@@ -66,7 +67,9 @@ export class PostgresWakeups {
    * heard of those commits in-process already). Not trusted for anything else.
    */
   private readonly origin = randomBytes(6).toString('hex');
-  private readonly listenerLock: [number, number];
+  /** The channel and its listener lock, once the schema the tables live in is known. */
+  private named: { channel: string; lock: [number, number] } | null = null;
+  private naming: Promise<{ channel: string; lock: [number, number] }> | null = null;
   /** Backend pids of this store's own listening connections (its dispatcher hears in-process). */
   private readonly ownListeners = new Set<number>();
   /** The last look at `pg_locks`: whether another connection listens, and when it was taken. */
@@ -75,13 +78,60 @@ export class PostgresWakeups {
   /** NOTIFYs sent, and skipped because no one else listened. */
   readonly counts = { sent: 0, skipped: 0 };
 
+  /**
+   * `schema` is the configured one; without it the tables live in the connection's
+   * `current_schema()`, read once before the first signal, so a process configured with
+   * `schema: 'public'` and one with none share a channel when they share the tables.
+   */
   constructor(
     private readonly dataSource: DataSource,
-    readonly channel: string,
+    private readonly prefix: string,
+    schema: string | null,
     private readonly onError: (error: unknown) => void,
     private readonly clock: () => number = () => performance.now(),
   ) {
-    this.listenerLock = wakeupListenerLock(channel);
+    if (schema !== null) this.named = PostgresWakeups.names(prefix, schema);
+  }
+
+  /** The channel, once resolved (at construction with a configured schema), else `null`. */
+  get channel(): string | null {
+    return this.named?.channel ?? null;
+  }
+
+  /** The channel of the schema the tables are in (one read of `current_schema()` if needed). */
+  resolveChannel(): Promise<string> {
+    return this.resolve().then((named) => named.channel);
+  }
+
+  private resolve(): Promise<{ channel: string; lock: [number, number] }> {
+    if (this.named) return Promise.resolve(this.named);
+    this.naming ??= this.currentSchema().then(
+      (schema) => (this.named = PostgresWakeups.names(this.prefix, schema)),
+      (error: unknown) => {
+        this.naming = null;
+        throw error;
+      },
+    );
+    return this.naming;
+  }
+
+  private async currentSchema(): Promise<string> {
+    const runner = this.dataSource.createQueryRunner('master');
+    try {
+      const rows: Array<{ schema: string | null }> = await runner.query(
+        'SELECT current_schema() AS schema',
+      );
+      const schema = rows[0]?.schema;
+      if (!schema) throw new Error('current_schema() is null: the search_path names no schema');
+      return schema;
+    } finally {
+      await runner.release();
+    }
+  }
+
+  private static names(prefix: string, schema: string) {
+    const channel = wakeupChannel(prefix, schema);
+    return { channel, lock: wakeupListenerLock(channel) };
   }
 
   /**
@@ -99,6 +149,7 @@ export class PostgresWakeups {
       this.counts.skipped++;
       return;
     }
+    const { channel } = await this.resolve();
     this.counts.sent++;
     // A query runner of its own: `DataSource.query` may be routed into the caller's open
     // transaction (typeorm-transactional does so), where the setting would reach their commit.
@@ -106,7 +157,7 @@ export class PostgresWakeups {
     try {
       await runner.query(
         "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
-        [this.channel, this.origin],
+        [channel, this.origin],
       );
     } finally {
       await runner.release();
@@ -134,6 +185,7 @@ export class PostgresWakeups {
     let listening = true;
     const runner = this.dataSource.createQueryRunner('master');
     try {
+      const { lock } = await this.resolve();
       const rows: Array<{ listening: boolean }> = await runner.query(
         `SELECT EXISTS (
   SELECT 1 FROM pg_locks
@@ -141,7 +193,7 @@ export class PostgresWakeups {
     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
     AND pid <> ALL($3::int[])
 ) AS listening`,
-        [String(this.listenerLock[0]), String(this.listenerLock[1]), [...this.ownListeners]],
+        [String(lock[0]), String(lock[1]), [...this.ownListeners]],
       );
       listening = rows[0]?.listening !== false;
     } catch (error) {
@@ -192,16 +244,17 @@ export class PostgresWakeups {
       client.on('error', (error) => drop(error));
       client.on('end', () => drop());
       client.on('notification', (message) => {
-        if (message.channel === this.channel && message.payload !== this.origin) listener();
+        if (message.channel === this.named?.channel && message.payload !== this.origin) listener();
       });
       try {
+        const { channel, lock } = await this.resolve();
         await client.connect();
-        await client.query(`LISTEN "${this.channel}"`);
+        await client.query(`LISTEN "${channel}"`);
         // Held while this connection lives: producers see that someone listens. Shared, so any
         // number of listeners hold it at once.
         const { rows } = await client.query(
           'SELECT pg_advisory_lock_shared($1, $2), pg_backend_pid() AS pid',
-          this.listenerLock,
+          lock,
         );
         const backend = Number(rows?.[0]?.pid);
         pid = Number.isInteger(backend) ? backend : null;
