@@ -207,6 +207,25 @@ describe('a handler that ignores its abort signal', () => {
     expect(starts).toEqual(['a#1', 'b#3', 'a#1']);
   });
 
+  it('is reported abandoned with reason shutdown when the app closes under it', async () => {
+    @Injectable()
+    class Stuck {
+      @OutboxHandler('stuck', { name: 'stuck' })
+      handle() {
+        return new Promise(() => undefined);
+      }
+    }
+    const t = await createOutboxApp([Stuck], { dispatcher: { shutdownTimeoutMs: 50 } });
+    const seen: OutboxObservation[] = [];
+    t.get(OutboxEvents).on('abandoned', (e) => seen.push(e));
+    await t.outbox.append({ type: 'stuck', payload: {} });
+    expect(await eventually(() => t.dispatcher.stats().inFlight === 1)).toBe(true);
+    await t.app.close();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(seen).toEqual([expect.objectContaining({ kind: 'abandoned', reason: 'shutdown' })]);
+    expect(t.dispatcher.stats()).toMatchObject({ abandoned: 1, abandonedRunning: 1 });
+  });
+
   it('dead-letters at once a delivery claimed past maxAttempts while its abandoned run still executes', async () => {
     let offsetMs = 0;
     const store = new MemoryOutboxStore({ clock: () => new Date(Date.now() + offsetMs) });

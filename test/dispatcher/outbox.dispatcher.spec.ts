@@ -332,7 +332,12 @@ describe('OutboxDispatcher', () => {
     await tick(800);
     expect(signals[0].aborted).toBe(true);
     expect(signals[0].reason).toBeInstanceOf(LeaseLostError);
-    expect(t.dispatcher.stats()).toMatchObject({ leaseLost: 1, inFlight: 0 });
+    expect(t.dispatcher.stats()).toMatchObject({
+      leaseLost: 1,
+      inFlight: 0,
+      abandoned: 1,
+      abandonedRunning: 1,
+    });
     // The lease lapses and the delivery is claimed again, but not started while the first run
     // still executes (those attempts fail, retried with backoff: 200, 400, … 3,200 ms); once it
     // has returned (5 s), the next claim runs it.
