@@ -11,6 +11,13 @@ export interface OutboxDispatcherStats {
   retried: number;
   deadLettered: number;
   leaseLost: number;
+  /**
+   * Runs given up on (timeout, lease lost, shutdown) whose handler, ignoring its aborted signal,
+   * was still running a turn later (README "Handlers, retries and ordering").
+   */
+  abandoned: number;
+  /** Of those, the ones still running now (JavaScript cannot stop them). */
+  abandonedRunning: number;
   storeErrors: number;
   /**
    * Wake-ups received from other processes (and from the wake-up subscription reconnecting),

@@ -8,6 +8,7 @@ import {
 } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import type { SchedulerRegistry } from '@nestjs/schedule';
+import { AbandonedRunError, AbandonReason } from '../errors/abandoned-run.error';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import { LeaseLostError } from '../errors/lease-lost.error';
 import { OutboxError } from '../errors/outbox.error';
@@ -179,6 +180,14 @@ const SIGNAL_PROPERTY: PropertyDescriptor = {
   },
 };
 
+/** A run given up on (timeout, lease lost, shutdown) whose handler has not settled yet. */
+interface AbandonedRun {
+  readonly slot: Slot;
+  readonly reason: AbandonReason;
+  /** Reported on the event stream (still running one turn after its signal was aborted). */
+  reported: boolean;
+}
+
 /** How a handler run went, for the event stream (absent: the delivery never ran here). */
 interface RunTiming {
   startedAt: number;
@@ -201,8 +210,13 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
   private readonly runs = new Set<Slot>();
   /** Claimed ahead, waiting for a slot, oldest first. */
   private readonly waiting: Slot[] = [];
-  /** Deliveries whose run was given up (lease lost, shutdown) while the handler still runs. */
-  private readonly abandoned = new Map<string, Promise<void>>();
+  /**
+   * Deliveries whose run was given up (timeout, lease lost, shutdown) while the handler still
+   * runs, until it settles. A new claim of one fails at once (see `enqueue`).
+   */
+  private readonly abandoned = new Map<string, AbandonedRun>();
+  /** Runs reported abandoned whose handler has not settled yet. */
+  private abandonedRunning = 0;
   private readonly keeper: LeaseKeeper;
   private readonly reporter: OutcomeReporter;
   private scheduler: SchedulerRegistry | null = null;
@@ -244,6 +258,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     retried: 0,
     deadLettered: 0,
     leaseLost: 0,
+    abandoned: 0,
     storeErrors: 0,
     wakeups: 0,
     wakeupClaims: 0,
@@ -381,6 +396,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       running: this.state === 'running',
       paused: this.paused,
       inFlight: this.runs.size,
+      abandonedRunning: this.abandonedRunning,
       ...this.counters,
     };
   }
@@ -422,7 +438,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
         continue;
       }
       if (this.outcomesWritten !== writtenBefore) continue;
-      if (this.abandoned.size > 0 || (await this.leasedElsewhere())) {
+      if (await this.leasedElsewhere()) {
         await new Promise((resolve) => setTimeout(resolve, 20));
         continue;
       }
@@ -588,15 +604,21 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       void this.release(delivery.lease);
       return;
     }
-    // A run given up on (lease lost) may still be executing: never start the same delivery
-    // beside it. Its lease lapses and it is claimed again later.
-    if (this.abandoned.has(delivery.id)) return;
     const maxAttempts = handler.maxAttempts ?? this.config.maxAttempts;
     if (delivery.attempt > maxAttempts) {
       // Earlier attempts died with their worker (crash or lost lease) without reporting.
       const error = new OutboxError(
         `No outcome reported by ${delivery.attempt - 1} attempt(s); the worker running them stopped`,
       );
+      this.report(delivery, delivery.lease, handler, { failed: true, failure: error }, null);
+      return;
+    }
+    // A run given up on (timeout, lease lost) still executes, its handler ignoring its signal:
+    // never start the delivery beside it. This attempt fails instead (retried with backoff, or
+    // dead-lettered once exhausted), so a handler that never settles cannot hold its key.
+    const previous = this.abandoned.get(delivery.id);
+    if (previous) {
+      const error = new AbandonedRunError(handler.name, previous.reason, previous.slot.timeoutMs);
       this.report(delivery, delivery.lease, handler, { failed: true, failure: error }, null);
       return;
     }
@@ -668,7 +690,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       this.keeper.release(slot);
       const { delivery } = slot;
       const interrupted = slot.interruptedBy !== undefined && failure === slot.interruptedBy;
-      if (failed && interrupted) this.abandon(delivery.id, slot.invocation!);
+      if (failed && interrupted) this.abandon(slot);
       const result: RunResult = failed
         ? { failed: true, failure, interruptedBy: slot.interruptedBy }
         : SUCCEEDED;
@@ -685,16 +707,53 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     }
   }
 
-  /** Remembers a run the dispatcher stopped waiting for until its handler really returns. */
-  private abandon(deliveryId: string, invocation: Promise<unknown>): void {
-    const settled = invocation.then(
-      () => undefined,
-      () => undefined,
+  /**
+   * Remembers a run the dispatcher stopped waiting for until its handler really settles; one
+   * still running on the next turn (its handler ignores its aborted signal) is reported.
+   */
+  private abandon(slot: Slot): void {
+    const reason: AbandonReason =
+      slot.interruptedBy instanceof HandlerTimeoutError
+        ? 'timeout'
+        : slot.interruptedBy instanceof LeaseLostError
+          ? 'lease-lost'
+          : 'shutdown';
+    const run: AbandonedRun = { slot, reason, reported: false };
+    this.abandoned.set(slot.delivery.id, run);
+    slot.invocation!.then(
+      () => this.abandonedSettled(run, false),
+      () => this.abandonedSettled(run, true),
     );
-    this.abandoned.set(deliveryId, settled);
-    void settled.then(() => {
-      if (this.abandoned.get(deliveryId) === settled) this.abandoned.delete(deliveryId);
+    // A handler honouring its signal has settled by then: only one that ignores it is reported.
+    setImmediate(() => {
+      if (this.abandoned.get(slot.delivery.id) !== run) return;
+      run.reported = true;
+      this.counters.abandoned++;
+      this.abandonedRunning++;
+      if (this.events.wants('abandoned')) {
+        this.events.emit({
+          ...this.observe('abandoned', slot.delivery),
+          reason,
+          timeoutMs: slot.timeoutMs,
+          startedAt: slot.startedAt,
+        });
+      }
     });
+  }
+
+  /** An abandoned run's handler settled at last: the delivery may start here again. */
+  private abandonedSettled(run: AbandonedRun, failed: boolean): void {
+    const { delivery } = run.slot;
+    if (this.abandoned.get(delivery.id) === run) this.abandoned.delete(delivery.id);
+    if (!run.reported) return;
+    this.abandonedRunning--;
+    if (this.events.wants('abandoned-settled')) {
+      this.events.emit({
+        ...this.observe('abandoned-settled', delivery),
+        durationMs: performance.now() - run.slot.started,
+        failed,
+      });
+    }
   }
 
   /**

@@ -12,3 +12,4 @@ export * from './inbox-context.error';
 export * from './inbox-message-id.error';
 export * from './inbox-in-progress.error';
 export * from './idempotency-key-reused.error';
+export * from './abandoned-run.error';

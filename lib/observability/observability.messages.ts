@@ -1,4 +1,5 @@
 import type {
+  AbandonedObservation,
   DeliveryObservation,
   ObservedError,
   StoreErrorObservation,
@@ -19,6 +20,18 @@ export const ObservabilityMessages = {
   leaseLost: (d: DeliveryObservation, during: string) =>
     `Lease lost for ${d.handler} on ${where(d)}, delivery ${d.deliveryId}, noticed at ${during}; ` +
     'outcome discarded, it will be redelivered',
+  abandoned: (e: AbandonedObservation) =>
+    `Handler ${e.handler} ${
+      e.reason === 'timeout'
+        ? `timed out after ${e.timeoutMs} ms`
+        : e.reason === 'lease-lost'
+          ? 'lost its lease'
+          : 'was stopped by the shutdown'
+    } on ${where(e)}, delivery ${e.deliveryId}, and ignores its abort signal: it keeps running ` +
+    'unwatched; this worker fails further attempts of the delivery until it returns',
+  abandonedSettled: (d: DeliveryObservation, durationMs: number, failed: boolean) =>
+    `Abandoned handler ${d.handler} ${failed ? 'failed' : 'returned'} at last on ${where(d)}, ` +
+    `delivery ${d.deliveryId}, after ${Math.round(durationMs)} ms; its result is ignored`,
   storeError: (e: StoreErrorObservation) =>
     `Store ${e.operation} failed (${describe(e.error)}); retrying in ${e.retryInMs} ms`,
   listenerThrew: (kind: string, error: unknown) =>

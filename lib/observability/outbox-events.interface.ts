@@ -1,3 +1,4 @@
+import type { AbandonReason } from '../errors/abandoned-run.error';
 import type { DeadLetterReason } from '../interfaces/outbox-store.interface';
 
 /** What one delivery event says about the delivery (never the payload). */
@@ -71,6 +72,33 @@ export interface LeaseLostObservation extends DeliveryObservation {
   during: 'renewal' | 'outcome';
 }
 
+/**
+ * A run was given up while its handler still executed: its timeout passed (or its lease was lost,
+ * or the app shut down), its `signal` was aborted, and the handler had not settled by the next
+ * turn of the event loop. JavaScript cannot stop it: it keeps running, unwatched, until it settles
+ * (`abandoned-settled`). Meanwhile this worker counts each new claim of the delivery as a failed
+ * attempt instead of starting it beside the old run; another worker may run the next attempt
+ * beside it (README "Handlers, retries and ordering").
+ */
+export interface AbandonedObservation extends DeliveryObservation {
+  kind: 'abandoned';
+  /** What ended the run: its timeout, a lost lease, or the app shutting down. */
+  reason: AbandonReason;
+  /** The handler's timeout. */
+  timeoutMs: number;
+  /** When the handler started (epoch ms, this host's clock). */
+  startedAt: number;
+}
+
+/** A handler reported `abandoned` settled at last (its result is ignored). */
+export interface AbandonedSettledObservation extends DeliveryObservation {
+  kind: 'abandoned-settled';
+  /** How long the handler ran in all, from its start to its settlement. */
+  durationMs: number;
+  /** It threw or rejected (rather than returned). */
+  failed: boolean;
+}
+
 /** An `@Inbox()` consumer ran a message (`processed`), skipped a duplicate, or failed. */
 export interface InboxObservation {
   kind: 'inbox-processed' | 'inbox-duplicate' | 'inbox-failed';
@@ -97,6 +125,8 @@ export type OutboxObservation =
   | RetryScheduledObservation
   | DeadLetteredObservation
   | LeaseLostObservation
+  | AbandonedObservation
+  | AbandonedSettledObservation
   | InboxObservation
   | StoreErrorObservation;
 
@@ -110,6 +140,8 @@ export const OUTBOX_OBSERVATION_KINDS: readonly OutboxObservationKind[] = [
   'retry-scheduled',
   'dead-lettered',
   'lease-lost',
+  'abandoned',
+  'abandoned-settled',
   'inbox-processed',
   'inbox-duplicate',
   'inbox-failed',

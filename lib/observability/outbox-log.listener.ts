@@ -7,7 +7,8 @@ import { OutboxEvents } from './outbox-events';
 /**
  * The outbox's log lines, built on the event stream and written through Nest's `Logger` (so an
  * app's pino or winston logger applies): one error per dead letter, one warning per lease loss,
- * planned retry and store error, and a debug line per claimed delivery. Each names the event id,
+ * planned retry, abandoned run and store error, an info line when an abandoned handler settles,
+ * and a debug line per claimed delivery. Each names the event id,
  * type, handler, attempt and worker; payloads are never logged. Off with `logs: false`.
  */
 @Injectable()
@@ -31,6 +32,10 @@ export class OutboxLogListener implements OnModuleInit, OnApplicationShutdown {
         logger.warn(ObservabilityMessages.retryScheduled(e, e.error, e.delayMs)),
       ),
       events.on('lease-lost', (e) => logger.warn(ObservabilityMessages.leaseLost(e, e.during))),
+      events.on('abandoned', (e) => logger.warn(ObservabilityMessages.abandoned(e))),
+      events.on('abandoned-settled', (e) =>
+        logger.log(ObservabilityMessages.abandonedSettled(e, e.durationMs, e.failed)),
+      ),
       events.on('store-error', (e) => logger.warn(ObservabilityMessages.storeError(e))),
     );
     // A line per claimed delivery is not even built when the app's log levels leave debug out

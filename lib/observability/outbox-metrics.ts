@@ -30,6 +30,8 @@ interface Metrics {
   appended: PromClient.Counter<'type'>;
   deliveries: PromClient.Counter<'type' | 'handler' | 'outcome'>;
   leaseLost: PromClient.Counter<string>;
+  abandoned: PromClient.Counter<'handler' | 'reason'>;
+  abandonedRunning: PromClient.Gauge<string>;
   inbox: PromClient.Counter<'consumer' | 'outcome'>;
   storeErrors: PromClient.Counter<'operation'>;
   handlerDuration: PromClient.Histogram<'handler'>;
@@ -180,6 +182,11 @@ export class OutboxMetrics
         deliveries(e.type, e.handler, 'lease_lost');
         m.leaseLost.inc();
       }),
+      events.on('abandoned', (e) => {
+        m.abandoned.inc({ handler: e.handler, reason: e.reason });
+        m.abandonedRunning.inc();
+      }),
+      events.on('abandoned-settled', () => m.abandonedRunning.dec()),
       events.on(['inbox-processed', 'inbox-duplicate', 'inbox-failed'], (e) =>
         m.inbox.inc({ consumer: e.consumer, outcome: e.kind.slice('inbox-'.length) }),
       ),
@@ -255,6 +262,15 @@ function createMetrics(prom: typeof PromClient, config: ResolvedOutboxMetricsOpt
       'outbox_lease_lost_total',
       'Deliveries whose lease this worker lost (outcome discarded, redelivered later)',
       [],
+    ),
+    abandoned: counter(
+      'outbox_abandoned_runs_total',
+      'Handler runs given up on (timeout, lease lost, shutdown) that kept running, ignoring their abort signal',
+      ['handler', 'reason'],
+    ),
+    abandonedRunning: gauge(
+      'outbox_abandoned_runs_running',
+      'Abandoned handler runs of this process still running',
     ),
     inbox: counter(
       'outbox_inbox_messages_total',

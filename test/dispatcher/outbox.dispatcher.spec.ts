@@ -332,10 +332,16 @@ describe('OutboxDispatcher', () => {
     await tick(800);
     expect(signals[0].aborted).toBe(true);
     expect(signals[0].reason).toBeInstanceOf(LeaseLostError);
-    expect(t.dispatcher.stats()).toMatchObject({ leaseLost: 1, inFlight: 0 });
+    expect(t.dispatcher.stats()).toMatchObject({
+      leaseLost: 1,
+      inFlight: 0,
+      abandoned: 1,
+      abandonedRunning: 1,
+    });
     // The lease lapses and the delivery is claimed again, but not started while the first run
-    // still executes; once it has returned, the next claim runs it.
-    for (let i = 0; i < 60; i++) await tick(100);
+    // still executes (those attempts fail, retried with backoff: 200, 400, … 3,200 ms); once it
+    // has returned (5 s), the next claim runs it.
+    for (let i = 0; i < 100; i++) await tick(100);
     expect(most).toBe(1);
     expect(starts).toBeGreaterThanOrEqual(2);
   });
