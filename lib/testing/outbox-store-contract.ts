@@ -492,6 +492,83 @@ export function describeOutboxStoreContract(
         await store.ack(next[0].lease);
         expect((await claim([A])).map((c) => c.event.id)).toEqual([e3.id]);
       });
+
+      /** E1 dead-lettered, E2 claimed (running), then E1 replayed: returns E1's and E2's claims. */
+      async function replayBehindRunning() {
+        const [e1, e2, e3] = [1, 2, 3].map((n) =>
+          event({ key: 'k', payload: { n }, handlers: ['A.handle'] }),
+        );
+        await store.append([e1, e2, e3]);
+        const [c1] = await claim([A]);
+        await store.deadLetter(c1.lease, 'rejected', err(1));
+        const [c2] = await claim([A], 100, 'w2', 60_000);
+        expect(c2.event.id).toBe(e2.id);
+        expect(await store.replay({ ids: [c1.id] })).toBe(1);
+        return { e1, e2, e3, c2 };
+      }
+
+      it('never claims a replayed dead letter while a later delivery of its key is running; it goes first once that one is acknowledged', async () => {
+        const { e1, e3, c2 } = await replayBehindRunning();
+        expect(await claim([A])).toHaveLength(0);
+        await store.ack(c2.lease);
+        const next = await claim([A]);
+        expect(next.map((c) => c.event.id)).toEqual([e1.id]);
+        await store.ack(next[0].lease);
+        expect((await claim([A])).map((c) => c.event.id)).toEqual([e3.id]);
+      });
+
+      it('lets a replayed dead letter run before a later delivery of its key whose attempt failed', async () => {
+        const { e1, e2, c2 } = await replayBehindRunning();
+        expect(await claim([A])).toHaveLength(0);
+        await store.retry(c2.lease, 0, err(1, 'later one failed'));
+        const next = await claim([A]);
+        expect(next.map((c) => c.event.id)).toEqual([e1.id]);
+        expect(await claim([A])).toHaveLength(0);
+        await store.ack(next[0].lease);
+        expect((await claim([A])).map((c) => c.event.id)).toEqual([e2.id]);
+      });
+
+      it('holds several replayed dead letters of a key behind a later delivery that is running, then runs them in order', async () => {
+        const events = [1, 2, 3, 4].map((n) =>
+          event({ key: 'k', payload: { n }, handlers: ['A.handle'] }),
+        );
+        await store.append(events);
+        const dead: string[] = [];
+        for (let i = 0; i < 2; i++) {
+          const [c] = await claim([A]);
+          await store.deadLetter(c.lease, 'rejected', err(1));
+          dead.push(c.id);
+        }
+        const [running] = await claim([A], 100, 'w2', 60_000);
+        expect(running.event.id).toBe(events[2].id);
+        expect(await store.replay({ ids: [dead[1]] })).toBe(1);
+        expect(await store.replay({ ids: [dead[0]] })).toBe(1);
+        expect(await claim([A])).toHaveLength(0);
+        await store.ack(running.lease);
+        for (const e of [events[0], events[1], events[3]]) {
+          const next = await claim([A]);
+          expect(next.map((c) => c.event.id)).toEqual([e.id]);
+          await store.ack(next[0].lease);
+        }
+      });
+
+      it('lets a replayed dead letter run once the lease of a later delivery of its key expired', async () => {
+        const [e1, e2] = [1, 2].map((n) =>
+          event({ key: 'k', payload: { n }, handlers: ['A.handle'] }),
+        );
+        await store.append([e1, e2]);
+        const [c1] = await claim([A]);
+        await store.deadLetter(c1.lease, 'rejected', err(1));
+        const [c2] = await claim([A], 100, 'w2');
+        expect(c2.event.id).toBe(e2.id);
+        expect(await store.replay({ ids: [c1.id] })).toBe(1);
+        expect(await claim([A])).toHaveLength(0);
+        await advance(leaseMs + 50);
+        const next = await claim([A]);
+        expect(next.map((c) => c.event.id)).toEqual([e1.id]);
+        await store.ack(next[0].lease);
+        expect((await claim([A])).map((c) => c.event.id)).toEqual([e2.id]);
+      });
     });
 
     describe('retry', () => {

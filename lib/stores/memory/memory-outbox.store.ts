@@ -153,7 +153,14 @@ export class MemoryOutboxStore implements OutboxStore {
       .filter((d) => names.has(d.handler) && (d.status === 'pending' || d.status === 'leased'))
       .sort((a, b) => a.seq - b.seq);
     // Only the oldest open delivery per (handler, key) may run: that is per-key order (README Guarantees 6).
+    // A key with a delivery running (live lease) takes no other one: a replayed dead letter sits in
+    // front of a later delivery claimed while it was dead, and waits for that one's attempt to end.
     const blockedKeys = new Set<string>();
+    for (const d of ordered) {
+      const key = this.events.get(d.eventId)!.key;
+      if (key !== null && d.status === 'leased' && d.leaseUntil > now)
+        blockedKeys.add(`${d.handler}\u0000${key}`);
+    }
     const claimed: ClaimedDelivery[] = [];
     for (const d of ordered) {
       if (claimed.length >= request.limit) break;

@@ -48,6 +48,13 @@ export class ClaimOp {
     // every claim of a worker, so the text is fixed per worker, and PostgreSQL folds a one-name
     // list to `handler = $1`, which reads the claim index in `event_seq` order and stops at the
     // limit instead of sorting the whole backlog.
+    // A key with a delivery running takes no other one (README Guarantees 6). Only a replayed dead
+    // letter not claimed since (a pending row with `lease_until` set, see `DeadLetterOps`) can be
+    // older than a running delivery of its key, so only such a row looks for one: the common
+    // candidate decides from the claim index's own columns, as before. The running one, if any, is
+    // the first later open delivery of the key that is not such a replayed row (it was claimed
+    // while those were dead, and blocks every later one), so the lookup reads the key from the
+    // candidate on, stopping there, instead of every open delivery of the key.
     const candidates: ClaimCandidates = ({
       limit,
       lock,
@@ -58,7 +65,11 @@ WHERE c.handler IN (${nameList}) AND c.status IN ('pending', 'leased')${within ?
   AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
   AND (c.event_key IS NULL OR (NOT EXISTS (
     SELECT 1 FROM ${ctx.D} p
-    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}))
+    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}
+  AND (c.lease_until IS NULL OR c.status = 'leased' OR COALESCE((
+    SELECT CASE WHEN r.status = 'leased' AND r.lease_until > ${d.now} THEN 1 ELSE 0 END FROM ${ctx.D} r
+    WHERE r.handler = c.handler AND r.event_key = c.event_key AND r.status IN ('pending', 'leased') AND r.event_seq > c.event_seq AND (r.lease_until IS NULL OR r.status = 'leased')
+    ORDER BY r.event_seq LIMIT 1), 0) = 0)))
 ORDER BY c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     // The lease's owner and token are this claim's; only its deadline (the database's clock)

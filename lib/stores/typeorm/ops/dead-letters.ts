@@ -15,9 +15,14 @@ import { EMPTY, join, raw, sql, SqlText } from '../sql';
 import { ID_BATCH, parseErrors, StoreContext } from './context';
 import { deleteOrphans } from './maintenance';
 
-/** Column list of deliveries as replay writes them back. */
+/**
+ * Column list of deliveries as replay writes them back. `lease_until` is set on the pending row
+ * (the replay's time): the claim's mark of a replayed delivery not claimed since, which may sit in
+ * front of a later delivery of its key that was claimed while it was dead, and so must wait while
+ * that one runs (see `ClaimOp`). Claiming overwrites it; retry and release clear it.
+ */
 const REPLAY_COLUMNS =
-  'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors';
+  'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors, lease_until';
 
 /** The admin side of dead letters: list, read, summarize, replay, purge. */
 export class DeadLetterOps {
@@ -151,7 +156,7 @@ export class DeadLetterOps {
             where: from === null ? where : sql`${where} AND id > ${d.uuid(from)}`,
             limit: ID_BATCH,
             columns: REPLAY_COLUMNS,
-            values: sql`id, event_seq, event_type, event_key, handler, 'pending', 0, ${at}, errors`,
+            values: sql`id, event_seq, event_type, event_key, handler, 'pending', 0, ${at}, errors, ${d.now}`,
           }),
         d.moveRunOptions,
       );
