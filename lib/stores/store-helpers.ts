@@ -1,6 +1,6 @@
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { OutboxHeaders } from '../interfaces/outbox-event.interface';
-import { DeadLetterFilter } from '../interfaces/outbox-store.interface';
+import { DeadLetterFilter, DeadLetterSummaryRow } from '../interfaces/outbox-store.interface';
 
 /** JSON with object keys sorted, so equal values serialize equally whatever their key order. */
 export function canonicalJson(value: unknown): string {
@@ -63,6 +63,30 @@ export function errorFingerprint(message: string): string {
     .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/gi, '<id>')
     .replace(/\d+(\.\d+)?/g, '<n>')
     .slice(0, 200);
+}
+
+/**
+ * The dead-letter summary as stores build it: dead letters are added one at a time (a store reads
+ * them in bounded pages), grouped by type, handler, last error name and fingerprint. Memory grows
+ * with the number of groups, not of dead letters.
+ */
+export class DeadLetterSummary {
+  private readonly groups = new Map<string, DeadLetterSummaryRow>();
+
+  /** One dead letter; `last` is its last error, absent for an empty history. */
+  add(type: string, handler: string, last?: { name?: unknown; message?: unknown } | null): void {
+    const errorName = last?.name == null ? 'Error' : String(last.name);
+    const fingerprint = errorFingerprint(last?.message == null ? '' : String(last.message));
+    const k = JSON.stringify([type, handler, errorName, fingerprint]);
+    const group = this.groups.get(k);
+    if (group) group.count += 1;
+    else this.groups.set(k, { type, handler, errorName, fingerprint, count: 1 });
+  }
+
+  /** The groups, largest first. */
+  rows(): DeadLetterSummaryRow[] {
+    return [...this.groups.values()].sort((a, b) => b.count - a.count);
+  }
 }
 
 /** Keyset cursor over dead letters ordered by (deadAt, id). */

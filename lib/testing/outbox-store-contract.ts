@@ -9,6 +9,7 @@ import {
   HandlerSubscription,
   OutboxStore,
 } from '../interfaces/outbox-store.interface';
+import { errorFingerprint } from '../stores/store-helpers';
 
 /** What a contract-suite factory returns for each test: a fresh, empty store. */
 export interface OutboxStoreContractContext {
@@ -824,6 +825,43 @@ export function describeOutboxStoreContract(
           ]),
         );
         expect(rows[0].fingerprint).toBe('order <n> not found');
+      });
+
+      it('summarizes by the last error exactly as the dead letter stores it, whatever its text', async () => {
+        // The SQL stores read the last error out of the JSON history in SQL: escapes, non-ASCII
+        // text and JSON-looking text must come out as the dead letter itself shows them.
+        const texts = [
+          'quote " backslash \\ slash / newline \n tab \t',
+          'ünïcødé 日本語 😀 4711',
+          '{"looks":"like json"}',
+          '[]',
+          '123',
+          'null',
+          `order ${randomUUID()} failed ${'x'.repeat(300)} 42`,
+        ];
+        const expected = new Map<string, number>();
+        for (const text of texts) {
+          const e = event({ type: 't.text', handlers: [A.name] });
+          await store.append([e]);
+          const [c] = await claim([A]);
+          await store.retry(c.lease, 0, err(1, 'an earlier failure'));
+          const [c2] = await claim([A]);
+          await store.deadLetter(c2.lease, 'rejected', {
+            name: text.slice(0, 40),
+            message: text,
+            attempt: 2,
+            workerId: 'w1',
+          });
+          const last = (await store.getDeadLetter(c.id))!.errors.at(-1)!;
+          expect([last.name, last.message]).toEqual([text.slice(0, 40), text]);
+          const k = JSON.stringify([last.name, errorFingerprint(last.message)]);
+          expected.set(k, (expected.get(k) ?? 0) + 1);
+        }
+        const rows = await store.summarizeDeadLetters({ type: 't.text' });
+        expect(
+          new Map(rows.map((r) => [JSON.stringify([r.errorName, r.fingerprint]), r.count])),
+        ).toEqual(expected);
+        expect(rows.every((r) => r.type === 't.text' && r.handler === A.name)).toBe(true);
       });
     });
 

@@ -27,7 +27,7 @@ import {
   AppendListeners,
   decodeCursor,
   encodeCursor,
-  errorFingerprint,
+  DeadLetterSummary,
   sameEventContent,
 } from '../store-helpers';
 
@@ -342,23 +342,11 @@ export class MemoryOutboxStore implements OutboxStore {
   }
 
   async summarizeDeadLetters(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
-    const groups = new Map<string, DeadLetterSummaryRow>();
+    const summary = new DeadLetterSummary();
     for (const d of this.deadLetters(filter)) {
-      const e = this.events.get(d.eventId)!;
-      const last = d.errors[d.errors.length - 1];
-      const row = {
-        type: e.type,
-        handler: d.handler,
-        errorName: last?.name ?? 'Error',
-        fingerprint: errorFingerprint(last?.message ?? ''),
-        count: 0,
-      };
-      const k = JSON.stringify([row.type, row.handler, row.errorName, row.fingerprint]);
-      const existing = groups.get(k) ?? row;
-      existing.count += 1;
-      groups.set(k, existing);
+      summary.add(this.events.get(d.eventId)!.type, d.handler, d.errors[d.errors.length - 1]);
     }
-    return [...groups.values()].sort((a, b) => b.count - a.count);
+    return summary.rows();
   }
 
   private select(selector: DeadLetterSelector): StoredDelivery[] {

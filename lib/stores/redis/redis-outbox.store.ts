@@ -31,7 +31,7 @@ import {
   eventContentText,
   decodeCursor,
   encodeCursor,
-  errorFingerprint,
+  DeadLetterSummary,
 } from '../store-helpers';
 import { clientKeyPrefix, RedisClientLike, runScript } from './redis-client';
 import { RedisScriptName } from './redis-scripts';
@@ -53,7 +53,10 @@ export interface RedisOutboxStoreOptions {
   claimSweepLimit?: number;
   /** Most dead letters one script examines while filtering (lists, replay, purge). @default 5000 */
   deadLetterScanLimit?: number;
-  /** Most dead letters `summarizeDeadLetters` reads in total. @default 100000 */
+  /**
+   * @deprecated Ignored: `summarizeDeadLetters` counts every dead letter, in scripts of bounded
+   * size. It used to stop at this many and under-count silently.
+   */
   summaryScanLimit?: number;
   /**
    * Most payload and header bytes one append call sends. A larger batch is staged in calls of
@@ -79,6 +82,9 @@ const ACK_MANY_CHUNK = 1000;
 /** An interrupted large append leaves its staged payloads for at most this long. */
 const APPEND_STAGE_TTL_MS = 10 * 60_000;
 
+/** Dead letters per summary script call (each returned with its error history). */
+const SUMMARY_PAGE = 500;
+
 const optArg = (v: string | undefined | null) => (v === undefined || v === null ? '-' : `+${v}`);
 
 /**
@@ -100,7 +106,6 @@ export class RedisOutboxStore implements OutboxStore {
   private readonly base: string;
   private readonly sweep: number;
   private readonly scanLimit: number;
-  private readonly summaryLimit: number;
   private readonly appendChunkBytes: number;
   private readonly wakeups: RedisWakeups;
   private wakeupSignal: { signal: CoalescedSignal; unwatch: () => void } | null = null;
@@ -120,7 +125,6 @@ export class RedisOutboxStore implements OutboxStore {
     this.base = `${clientKeyPrefix(options.client)}{${prefix}}:`;
     this.sweep = options.claimSweepLimit ?? 500;
     this.scanLimit = options.deadLetterScanLimit ?? 5000;
-    this.summaryLimit = options.summaryScanLimit ?? 100_000;
     this.appendChunkBytes = options.appendChunkBytes ?? 8 * 1024 * 1024;
     this.wakeups = new RedisWakeups(
       this.client,
@@ -417,38 +421,27 @@ export class RedisOutboxStore implements OutboxStore {
     return row ? deadLetterFromRow(row) : null;
   }
 
+  /**
+   * Counts every matching dead letter: scripts of at most `SUMMARY_PAGE` rows (each examining at
+   * most `deadLetterScanLimit`), so neither Redis nor the process holds more than a page at once.
+   */
   async summarizeDeadLetters(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
-    const groups = new Map<string, DeadLetterSummaryRow>();
+    const summary = new DeadLetterSummary();
     let after: { score: string; id: string } | null = null;
-    let read = 0;
-    while (read < this.summaryLimit) {
+    for (;;) {
       const [rows, lastS, lastId, exhausted] = (await this.run('deadList', [
         '0',
         ...this.filterArgs(filter, after),
-        1000,
+        SUMMARY_PAGE,
         this.scanLimit,
       ])) as [Row[], string, string, number];
-      for (const row of rows) {
-        const [, , handler, type, , , , er] = row;
+      for (const [, , handler, type, , , , er] of rows) {
         const errors = parseErrors(er);
-        const last = errors[errors.length - 1];
-        const entry: DeadLetterSummaryRow = {
-          type: String(type),
-          handler: String(handler),
-          errorName: last?.name ?? 'Error',
-          fingerprint: errorFingerprint(last?.message ?? ''),
-          count: 0,
-        };
-        const k = JSON.stringify([entry.type, entry.handler, entry.errorName, entry.fingerprint]);
-        const group = groups.get(k) ?? entry;
-        group.count += 1;
-        groups.set(k, group);
+        summary.add(String(type), String(handler), errors[errors.length - 1]);
       }
-      read += rows.length;
-      if (exhausted || !lastId) break;
+      if (exhausted || !lastId) return summary.rows();
       after = { score: lastS, id: lastId };
     }
-    return [...groups.values()].sort((a, b) => b.count - a.count);
   }
 
   /** Runs a replay or purge script over the selection in bounded batches, each atomic. */

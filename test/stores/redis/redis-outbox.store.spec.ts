@@ -183,6 +183,58 @@ describeWithService('redis', 'RedisOutboxStore specifics', () => {
     });
   });
 
+  describe('dead-letter summary', () => {
+    // Used to stop reading at summaryScanLimit (100,000 by default) and report what it had read
+    // as the whole: counts too low, with nothing in the answer to say so.
+    it('counts every dead letter, page after bounded page, whatever summaryScanLimit says', async () => {
+      const s = new RedisOutboxStore({
+        client,
+        prefix,
+        deadLetterScanLimit: 7,
+        summaryScanLimit: 10,
+      });
+      const count = 1100;
+      await s.append(Array.from({ length: count }, () => event()));
+      let dead = 0;
+      while (dead < count) {
+        const claimed = await s.claim({
+          workerId: 'w',
+          handlers: [A],
+          limit: 500,
+          leaseMs: 60_000,
+        });
+        expect(claimed.length).toBeGreaterThan(0);
+        for (const c of claimed) {
+          const n = dead++;
+          await s.deadLetter(c.lease, 'rejected', {
+            name: n % 3 === 0 ? 'TypeError' : 'Error',
+            message: `order ${n} rejected`,
+            attempt: 1,
+            workerId: 'w',
+          });
+        }
+      }
+      const rows = await s.summarizeDeadLetters({});
+      expect(rows).toEqual([
+        {
+          type: 't',
+          handler: 'A',
+          errorName: 'Error',
+          fingerprint: 'order <n> rejected',
+          count: 733,
+        },
+        {
+          type: 't',
+          handler: 'A',
+          errorName: 'TypeError',
+          fingerprint: 'order <n> rejected',
+          count: 367,
+        },
+      ]);
+      expect(await s.summarizeDeadLetters({ type: 'other' })).toEqual([]);
+    }, 60_000);
+  });
+
   describe('retry delay and error text', () => {
     it.each([NaN, Infinity, -Infinity, -5])('treats a retry delay of %p as 0', async (delay) => {
       await store.append([event()]);

@@ -129,6 +129,11 @@ export interface SqlDialect {
   /** Select expression returning a JSON column as text. */
   jsonOut(expr: SqlText): SqlText;
   /**
+   * Select list `error_name, error_message`: the name and message of the last entry of a JSON
+   * error array column, both NULL when it is empty (the summary reads no more of the history).
+   */
+  lastError(errors: SqlText): SqlText;
+  /**
    * `expr` is one of `values`. PostgreSQL binds them as one array, so the statement text is the
    * same for any number of values; the others bind an `IN` list (empty: matches nothing).
    */

@@ -9,7 +9,7 @@ import {
   DeadLetterSummaryRow,
 } from '../../../interfaces/outbox-store.interface';
 import { isUuid } from '../../../outbox-validation';
-import { decodeCursor, encodeCursor, errorFingerprint } from '../../store-helpers';
+import { DeadLetterSummary, decodeCursor, encodeCursor } from '../../store-helpers';
 import { Plan, Row } from '../dialects/sql-dialect';
 import { EMPTY, join, raw, sql, SqlText } from '../sql';
 import { ID_BATCH, parseErrors, StoreContext } from './context';
@@ -23,6 +23,9 @@ import { deleteOrphans } from './maintenance';
  */
 const REPLAY_COLUMNS =
   'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors, lease_until';
+
+/** Dead letters per statement of the summary. */
+const SUMMARY_PAGE = 1000;
 
 /** The admin side of dead letters: list, read, summarize, replay, purge. */
 export class DeadLetterOps {
@@ -106,28 +109,31 @@ export class DeadLetterOps {
     return rows[0] ? this.toDeadLetter(rows[0]) : null;
   }
 
+  /**
+   * Reads the matching dead letters in pages of `SUMMARY_PAGE` up the ids (keyset), each row with
+   * only its last error, and groups them here: the fingerprint masks numbers and ids with a regular
+   * expression no dialect evaluates alike. Memory holds one page and the groups, whatever the count.
+   */
   async summarize(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
     const { ctx } = this;
-    const { rows } = await ctx.one(
-      sql`SELECT d.event_type, d.handler, ${ctx.dialect.jsonOut(raw('d.errors'))} AS errors FROM ${ctx.DL} d WHERE ${this.deadWhere(filter, 'd.')}`,
-    );
-    const groups = new Map<string, DeadLetterSummaryRow>();
-    for (const r of rows) {
-      const errors = parseErrors(r.errors);
-      const last = errors[errors.length - 1];
-      const row = {
-        type: String(r.event_type),
-        handler: String(r.handler),
-        errorName: last?.name ?? 'Error',
-        fingerprint: errorFingerprint(last?.message ?? ''),
-        count: 0,
-      };
-      const k = JSON.stringify([row.type, row.handler, row.errorName, row.fingerprint]);
-      const group = groups.get(k) ?? row;
-      group.count += 1;
-      groups.set(k, group);
+    const d = ctx.dialect;
+    const where = this.deadWhere(filter, 'd.');
+    const summary = new DeadLetterSummary();
+    let after: string | null = null;
+    for (;;) {
+      const keyset: SqlText = after === null ? EMPTY : sql` AND d.id > ${d.uuid(after)}`;
+      const { rows } = await ctx.one(
+        sql`SELECT d.id, d.event_type, d.handler, ${d.lastError(raw('d.errors'))} FROM ${ctx.DL} d WHERE ${where}${keyset} ORDER BY d.id LIMIT ${raw(String(SUMMARY_PAGE))}`,
+      );
+      for (const r of rows) {
+        summary.add(String(r.event_type), String(r.handler), {
+          name: r.error_name,
+          message: r.error_message,
+        });
+      }
+      if (rows.length < SUMMARY_PAGE) return summary.rows();
+      after = String(rows[rows.length - 1].id);
     }
-    return [...groups.values()].sort((a, b) => b.count - a.count);
   }
 
   /**

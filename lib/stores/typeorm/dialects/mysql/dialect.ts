@@ -214,6 +214,13 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`${value}`;
   }
 
+  lastError(errors: SqlText): SqlText {
+    // No `$[last]` before MariaDB 10.9: the path is built from the length (none when empty).
+    const field = (name: string) =>
+      sql`CASE WHEN JSON_LENGTH(${errors}) > 0 THEN JSON_UNQUOTE(JSON_EXTRACT(${errors}, CONCAT('$[', JSON_LENGTH(${errors}) - 1, '].${raw(name)}'))) END`;
+    return sql`${field('name')} AS error_name, ${field('message')} AS error_message`;
+  }
+
   appendError(
     column: SqlText,
     e: { name: string; message: string; attempt: number; workerId: string },

@@ -155,6 +155,10 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`${value}::uuid`;
   }
 
+  lastError(errors: SqlText): SqlText {
+    return sql`(${errors} -> -1) ->> 'name' AS error_name, (${errors} -> -1) ->> 'message' AS error_message`;
+  }
+
   appendError(
     column: SqlText,
     e: { name: string; message: string; attempt: number; workerId: string },

@@ -160,6 +160,10 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
     return sql`${value}`;
   }
 
+  lastError(errors: SqlText): SqlText {
+    return sql`json_extract(${errors}, '$[#-1].name') AS error_name, json_extract(${errors}, '$[#-1].message') AS error_message`;
+  }
+
   appendError(
     column: SqlText,
     e: { name: string; message: string; attempt: number; workerId: string },
