@@ -17,7 +17,8 @@ interface RequestLike {
 /**
  * The app's body parser has already read the body by the time any route code runs, so the admin
  * limit is enforced here, before validation: on the declared length, the raw body when the app
- * keeps it (`rawBody: true`), else the parsed body re-serialized (chunked uploads).
+ * keeps it (`rawBody: true`), else (a chunked upload) the length of the parsed body as JSON,
+ * counted without recursion and only until it passes the limit.
  */
 @Injectable()
 export class OutboxAdminBodyLimitGuard implements CanActivate {
@@ -28,22 +29,45 @@ export class OutboxAdminBodyLimitGuard implements CanActivate {
   canActivate(context: ExecutionContext): boolean {
     const max = this.options.limits.maxBodyBytes;
     const request = context.switchToHttp().getRequest<RequestLike>();
-    if (bodySize(request) > max) {
+    if (bodySize(request, max) > max) {
       throw new PayloadTooLargeException(`request body is larger than ${max} bytes`);
     }
     return true;
   }
 }
 
-function bodySize(request: RequestLike): number {
+function bodySize(request: RequestLike, max: number): number {
   const declared = Number(request.headers['content-length']);
   if (Number.isFinite(declared) && declared > 0) return declared;
   if (Buffer.isBuffer(request.rawBody)) return request.rawBody.length;
-  if (request.body === undefined || request.body === null) return 0;
   if (typeof request.body === 'string') return Buffer.byteLength(request.body);
-  try {
-    return Buffer.byteLength(JSON.stringify(request.body) ?? '');
-  } catch {
-    return 0;
+  return jsonSize(request.body, max);
+}
+
+/**
+ * Bytes of `JSON.stringify(value)`, counted with an explicit stack: `JSON.stringify` itself
+ * recurses, and a body nested tens of thousands of levels deep overflowed it (counted as 0 bytes,
+ * so it passed). Stops once past `max`, so the work is bounded by the limit, not by the body.
+ */
+function jsonSize(value: unknown, max: number): number {
+  let size = 0;
+  const pending: unknown[] = [value];
+  while (pending.length > 0 && size <= max) {
+    const next = pending.pop();
+    if (next === undefined) continue;
+    if (next === null || typeof next !== 'object') {
+      size += Buffer.byteLength(JSON.stringify(next) ?? 'null');
+      continue;
+    }
+    const isArray = Array.isArray(next);
+    const entries = Object.entries(next);
+    // Brackets and commas, then each key with its colon.
+    size += 2 + Math.max(entries.length - 1, 0);
+    for (const [key, child] of entries) {
+      if (!isArray) size += Buffer.byteLength(JSON.stringify(key)) + 1;
+      pending.push(child === undefined ? null : child);
+      if (size > max) break;
+    }
   }
+  return size;
 }

@@ -1,4 +1,4 @@
-import { BadRequestException, Injectable, ValidationPipe } from '@nestjs/common';
+import { ArgumentMetadata, BadRequestException, Injectable, ValidationPipe } from '@nestjs/common';
 import type { ValidationError } from 'class-validator';
 import { IS_NOT_NULL } from './dto/admin-field.decorators';
 
@@ -13,6 +13,27 @@ function isForbiddenKey(key: string): boolean {
 
 // Deepest nesting a request may have; the deepest valid body is { filter: { type: "…" } }.
 const MAX_DEPTH = 8;
+
+// A lone surrogate: a high one not followed by a low one, or a low one not preceded by a high one.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * Why `text` cannot reach a store, if it cannot: PostgreSQL refuses a NUL in text (an error, so a
+ * 500), and the SQL stores and Redis turn a lone surrogate into U+FFFD (or merge it), so a filter
+ * would select other dead letters than the one it names.
+ */
+function unstorable(text: string): string | undefined {
+  if (text.includes('\u0000')) return 'must not contain a NUL character (\\u0000)';
+  if (LONE_SURROGATE.test(text)) {
+    return 'must not contain a lone UTF-16 surrogate (\\uD800-\\uDFFF without its pair)';
+  }
+  return undefined;
+}
+
+function checkText(text: string, path: string): void {
+  const problem = unstorable(text);
+  if (problem) throw new BadRequestException([`${path} ${problem}`]);
+}
 
 /**
  * The admin routes' own validation, independent of any global pipe: unknown fields, `null` fields
@@ -31,8 +52,15 @@ export class OutboxAdminValidationPipe extends ValidationPipe {
     });
   }
 
+  /** Path parameters are strings and skip `stripProtoKeys`, so their text is checked here. */
+  override transform(value: unknown, metadata: ArgumentMetadata): Promise<unknown> {
+    if (typeof value === 'string') checkText(value, metadata.data ?? metadata.type);
+    return super.transform(value, metadata);
+  }
+
   /**
-   * Replaces Nest's silent delete: prototype keys are refused like any unknown field. The walk is
+   * Replaces Nest's silent delete: prototype keys are refused like any unknown field, and so is a
+   * NUL or a lone surrogate in any key or string (query or body), naming its path. The walk is
    * bounded in depth: no admin body nests more than three levels, and recursing into a deeply
    * nested array (tens of thousands of levels fit in 64 KiB) would overflow the stack, a 500.
    */
@@ -41,6 +69,7 @@ export class OutboxAdminValidationPipe extends ValidationPipe {
       { value, path: '', depth: 0 },
     ];
     for (let next = pending.pop(); next; next = pending.pop()) {
+      if (typeof next.value === 'string') checkText(next.value, next.path);
       if (next.value === null || typeof next.value !== 'object') continue;
       if (next.depth >= MAX_DEPTH) {
         throw new BadRequestException([
@@ -53,6 +82,7 @@ export class OutboxAdminValidationPipe extends ValidationPipe {
         if (isForbiddenKey(key)) {
           throw new BadRequestException([`property ${path} should not exist`]);
         }
+        checkText(key, `property name in ${next.path || 'the request'}`);
         pending.push({ value: child, path, depth: next.depth + 1 });
       }
     }

@@ -25,6 +25,7 @@ import {
 } from './dto/dead-letter-bulk.dto';
 import { OutboxAdminAuthGuard } from './outbox-admin-auth.guard';
 import { OutboxAdminBodyLimitGuard } from './outbox-admin-body-limit.guard';
+import { OutboxAdminContentTypeGuard } from './outbox-admin-content-type.guard';
 import { OutboxAdminExceptionFilter } from './outbox-admin-exception.filter';
 import { OutboxAdminValidationPipe } from './outbox-admin-validation.pipe';
 import {
@@ -43,7 +44,7 @@ const uuid = new ParseUUIDPipe({
  * application configured globally.
  */
 @Controller()
-@UseGuards(OutboxAdminAuthGuard, OutboxAdminBodyLimitGuard)
+@UseGuards(OutboxAdminAuthGuard, OutboxAdminContentTypeGuard, OutboxAdminBodyLimitGuard)
 @UseFilters(OutboxAdminExceptionFilter)
 @UsePipes(new OutboxAdminValidationPipe())
 export class OutboxAdminController {

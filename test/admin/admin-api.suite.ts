@@ -23,6 +23,8 @@ interface Item {
 }
 
 const key = { 'x-api-key': API_KEY };
+/** Headers of a state-changing call: every POST and DELETE declares JSON, even with no body. */
+const write = { ...key, 'Content-Type': 'application/json' };
 
 /** The admin HTTP API against one store. */
 export function describeAdminApi(harness: AdminStoreHarness): void {
@@ -224,7 +226,10 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
       const a = await open();
       await seed(a, { orders: 2, users: 0 });
       const [first] = await listAll(a);
-      const res = await a.http.post(`/outbox/dead-letters/${first.id}/replay`).set(key).expect(200);
+      const res = await a.http
+        .post(`/outbox/dead-letters/${first.id}/replay`)
+        .set(write)
+        .expect(200);
       expect(res.body).toEqual({ replayed: 1 });
       expect(res.headers['cache-control']).toBe('no-store');
       await a.http.get(`/outbox/dead-letters/${first.id}`).set(key).expect(404);
@@ -277,7 +282,7 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
       expect(purged.body).toEqual({ purged: 1 });
       await a.http
         .post(`/outbox/dead-letters/${upper(fourth.id)}/replay`)
-        .set(key)
+        .set(write)
         .expect(200, { replayed: 1 });
       expect(await a.store.stats()).toMatchObject({ dead: 0, pending: 3 });
     });
@@ -326,10 +331,10 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
       await seed(a, { orders: 4, users: 3 });
       const items = await listAll(a);
       expect(items).toHaveLength(11);
-      const one = await a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(key).expect(200);
+      const one = await a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(write).expect(200);
       expect(one.body).toEqual({ purged: 1 });
       await a.http.get(`/outbox/dead-letters/${items[0].id}`).set(key).expect(404);
-      await a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(key).expect(404);
+      await a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(write).expect(404);
       const purge = jest.spyOn(a.store, 'purge');
       const some = await a.http
         .post('/outbox/dead-letters/purge')
@@ -353,6 +358,23 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
       expect(rest.body).toEqual({ purged: 8 - usersLeft });
       expect(await listAll(a)).toEqual([]);
       expect((await a.store.stats()).dead).toBe(0);
+    });
+
+    it('takes application/json with parameters and in any letter case', async () => {
+      const a = await open();
+      await seed(a, { orders: 2, users: 0 });
+      const [first, second] = await listAll(a);
+      for (const [type, id] of [
+        ['application/json; charset=utf-8', first.id],
+        ['Application/JSON ; Charset="UTF-8"', second.id],
+      ]) {
+        await a.http
+          .post('/outbox/dead-letters/purge')
+          .set(key)
+          .set('Content-Type', type)
+          .send(JSON.stringify({ ids: [id] }))
+          .expect(200, { purged: 1 });
+      }
     });
   });
 
@@ -406,23 +428,23 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
       [
         'a malformed id on replay',
         400,
-        (a) => a.http.post('/outbox/dead-letters/123/replay').set(key),
+        (a) => a.http.post('/outbox/dead-letters/123/replay').set(write),
       ],
       [
         'a malformed id on delete',
         400,
-        (a) => a.http.delete("/outbox/dead-letters/1'%20OR%201=1").set(key),
+        (a) => a.http.delete("/outbox/dead-letters/1'%20OR%201=1").set(write),
       ],
       ['an unknown id', 404, (a) => a.http.get(`/outbox/dead-letters/${randomUUID()}`).set(key)],
       [
         'an unknown id on replay',
         404,
-        (a) => a.http.post(`/outbox/dead-letters/${randomUUID()}/replay`).set(key),
+        (a) => a.http.post(`/outbox/dead-letters/${randomUUID()}/replay`).set(write),
       ],
       [
         'an unknown id on delete',
         404,
-        (a) => a.http.delete(`/outbox/dead-letters/${randomUUID()}`).set(key),
+        (a) => a.http.delete(`/outbox/dead-letters/${randomUUID()}`).set(write),
       ],
       ['limit above the max', 400, (a) => a.http.get('/outbox/dead-letters?limit=101').set(key)],
       ['limit 0', 400, (a) => a.http.get('/outbox/dead-letters?limit=0').set(key)],
@@ -461,7 +483,7 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
         400,
         (a) => a.http.post('/outbox/dead-letters/replay').set(key).send({}),
       ],
-      ['replay with no body', 400, (a) => a.http.post('/outbox/dead-letters/replay').set(key)],
+      ['replay with no body', 400, (a) => a.http.post('/outbox/dead-letters/replay').set(write)],
       [
         'purge with neither ids nor filter',
         400,
@@ -742,8 +764,8 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
     it('names the id when a path id is not a UUID, on every route that takes one', async () => {
       for (const res of [
         await a.http.get('/outbox/dead-letters/not-a-uuid').set(key),
-        await a.http.post('/outbox/dead-letters/123/replay').set(key),
-        await a.http.delete('/outbox/dead-letters/%E2%80%8B').set(key),
+        await a.http.post('/outbox/dead-letters/123/replay').set(write),
+        await a.http.delete('/outbox/dead-letters/%E2%80%8B').set(write),
       ]) {
         expect({ status: res.status, message: res.body.message }).toEqual({
           status: 400,
@@ -775,6 +797,160 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
         .set(key)
         .send({ filter: {}, all: true, pad: 'x'.repeat(200_000) })
         .expect(413);
+    });
+
+    // A cross-site HTML form can send these (no CORS preflight) and carries the admin cookie, if
+    // the app's guard accepts one; a state-changing call must declare JSON, which a form cannot.
+    const unsupported: Array<[string, (a: AdminApp) => Promise<Response>]> = [
+      [
+        'a form-encoded purge by ids',
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .type('form')
+            .send(`ids[0]=${items[0].id}&ids[1]=${items[1].id}`),
+      ],
+      [
+        'a form-encoded replay by filter',
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/replay')
+            .set(key)
+            .type('form')
+            .send('filter[type]=order.placed'),
+      ],
+      [
+        'a text/plain purge holding JSON',
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .set('Content-Type', 'text/plain')
+            .send(JSON.stringify({ ids: [items[0].id] })),
+      ],
+      [
+        'a multipart replay',
+        (a) => a.http.post('/outbox/dead-letters/replay').set(key).field('ids', items[0].id),
+      ],
+      [
+        'a bodiless single replay with no Content-Type',
+        (a) => a.http.post(`/outbox/dead-letters/${items[0].id}/replay`).set(key),
+      ],
+      [
+        'a bodiless single replay as text/plain',
+        (a) =>
+          a.http
+            .post(`/outbox/dead-letters/${items[0].id}/replay`)
+            .set(key)
+            .set('Content-Type', 'text/plain'),
+      ],
+      [
+        'a delete with no Content-Type',
+        (a) => a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(key),
+      ],
+      [
+        'a JSON Patch document',
+        (a) =>
+          a.http
+            .post('/outbox/dead-letters/purge')
+            .set(key)
+            .set('Content-Type', 'application/json-patch+json')
+            .send(JSON.stringify({ ids: [items[0].id] })),
+      ],
+    ];
+
+    it.each(unsupported)('answers %s with 415', async (_name, call) => {
+      const res = await call(a);
+      expect({ status: res.status, body: res.body }).toEqual({
+        status: 415,
+        body: {
+          statusCode: 415,
+          error: 'Unsupported Media Type',
+          message: expect.stringContaining('Content-Type: application/json'),
+        },
+      });
+      expect(res.headers['cache-control']).toBe('no-store');
+    });
+
+    // PostgreSQL refuses a NUL in text (a 500 it was), and every SQL store and Redis turn a lone
+    // surrogate into U+FFFD, which would match a different dead letter than the one asked for.
+    const nul = 'order\\u0000placed';
+    const surrogate = 'order\\ud800';
+    type Unreadable = [name: string, field: string, call: (a: AdminApp) => Promise<Response>];
+    const unreadable: Unreadable[] = [
+      ...(['type', 'handler', 'key'] as const).flatMap((field): Unreadable[] => [
+        [`a list with a NUL in ${field}`, field, (a) => list(a, `?${field}=a%00b`)],
+        [
+          `a summary with a NUL in ${field}`,
+          field,
+          (a) => a.http.get(`/outbox/dead-letters/summary?${field}=%00`).set(key),
+        ],
+        ...(['purge', 'replay'] as const).flatMap((route): Unreadable[] => [
+          [
+            `${route} with a NUL in filter.${field}`,
+            `filter.${field}`,
+            (a) => postJson(a, route, `{"filter": {"${field}": "${nul}"}}`),
+          ],
+          [
+            `${route} with a lone surrogate in filter.${field}`,
+            `filter.${field}`,
+            (a) => postJson(a, route, `{"filter": {"${field}": "${surrogate}"}, "all": true}`),
+          ],
+        ]),
+      ]),
+      ['a list with a NUL in the cursor', 'cursor', (a) => list(a, '?cursor=abc%00')],
+      [
+        'a list with a NUL in failedBefore',
+        'failedBefore',
+        (a) => list(a, '?failedBefore=2026-01-01T00:00:00Z%00'),
+      ],
+      ['a list with a NUL in limit', 'limit', (a) => list(a, '?limit=5%00')],
+      [
+        'a purge with a NUL in an id',
+        'ids[1]',
+        (a) => postJson(a, 'purge', `{"ids": ["${items[0].id}", "${items[1].id}\\u0000"]}`),
+      ],
+      [
+        'a replay with a lone surrogate in an id',
+        'ids[0]',
+        (a) => postJson(a, 'replay', `{"ids": ["${items[0].id}\\udfff"]}`),
+      ],
+      [
+        'a replay with a NUL in availableAt',
+        'availableAt',
+        (a) => postJson(a, 'replay', `{"ids": ["${items[0].id}"], "availableAt": "2030\\u0000"}`),
+      ],
+      [
+        'a single replay with a NUL in availableAt',
+        'availableAt',
+        (a) => postJson(a, `${items[0].id}/replay`, '{"availableAt": "\\u0000"}'),
+      ],
+      [
+        'a single replay with a NUL in the path id',
+        'id',
+        (a) => a.http.post(`/outbox/dead-letters/${items[0].id}%00/replay`).set(write),
+      ],
+      [
+        'a get with a NUL in the path id',
+        'id',
+        (a) => a.http.get('/outbox/dead-letters/%00').set(key),
+      ],
+      [
+        'a body with a NUL in a field name',
+        'filter',
+        (a) => postJson(a, 'purge', `{"filter": {"ty\\u0000pe": "order.placed"}}`),
+      ],
+    ];
+
+    it.each(unreadable)('answers %s with 400 naming %s', async (_name, field, call) => {
+      const res = await call(a);
+      expect({ status: res.status, error: res.body.error }).toEqual({
+        status: 400,
+        error: 'Bad Request',
+      });
+      expect(res.headers['cache-control']).toBe('no-store');
+      expect(JSON.stringify(res.body.message)).toContain(field);
     });
 
     it.each(bad)('answers %s with %i', async (_name, status, call) => {

@@ -346,11 +346,11 @@ function send(
   let req = t.http[method](path);
   if (headers.apiKey !== null) req = req.set('x-api-key', headers.apiKey);
   for (const [name, value] of headers.other) req = req.set(name, value);
-  if (payload !== undefined) {
-    if (headers.contentType !== null) req = req.set('Content-Type', headers.contentType);
-    return req.send(payload);
+  // Bodiless POSTs and DELETEs too: a state-changing call must declare JSON.
+  if (headers.contentType !== null && method !== 'get') {
+    req = req.set('Content-Type', headers.contentType);
   }
-  return req;
+  return payload === undefined ? req : req.send(payload);
 }
 
 function parseBody(payload = ''): Record<string, unknown> {
@@ -439,6 +439,41 @@ export function describeAdminFuzz(harness: AdminStoreHarness, runs = RUNS): void
     seed: SEED + offset,
     numRuns: runs,
     endOnFailure: true,
+  });
+
+  // PostgreSQL refused a NUL with an error (a 500); the stores mangle lone surrogates into U+FFFD.
+  it('answers a NUL or a lone surrogate in any filter field with 400 naming it', async () => {
+    const before = await state(t);
+    for (const field of ['type', 'handler', 'key'] as const) {
+      for (const [query, body] of [
+        ['a%00', '"a\\u0000"'],
+        ['%00', '"\\ud800b"'],
+      ]) {
+        for (const route of ['dead-letters', 'dead-letters/summary']) {
+          const res = await t.http
+            .get(`/outbox/${route}?${field}=${query}`)
+            .set('x-api-key', API_KEY);
+          expect({ route, status: res.status, message: res.body.message }).toEqual({
+            route,
+            status: 400,
+            message: [expect.stringContaining(`${field} must not contain a NUL`)],
+          });
+        }
+        for (const route of ['replay', 'purge']) {
+          const res = await t.http
+            .post(`/outbox/dead-letters/${route}`)
+            .set('x-api-key', API_KEY)
+            .set('Content-Type', 'application/json')
+            .send(`{"filter": {"${field}": ${body}}, "all": true}`);
+          expect({ route, status: res.status, message: res.body.message }).toEqual({
+            route,
+            status: 400,
+            message: [expect.stringContaining(`filter.${field} must not contain`)],
+          });
+        }
+      }
+    }
+    expect(await state(t)).toEqual(before);
   });
 
   it('GET dead-letters: random query strings and cursors', async () => {

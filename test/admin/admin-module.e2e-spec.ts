@@ -276,6 +276,45 @@ describe('OutboxAdminModule', () => {
       expect(await snapshot(t)).toEqual(before);
     });
 
+    // Re-serializing the parsed body to measure it overflowed the stack on deep nesting and
+    // counted 0 bytes, so this 80 KB body got the validation pipe's 400 instead.
+    it('answers 413 to a chunked, deeply nested body over the limit, before validation', async () => {
+      t = await createAdminApp({ store: memory() });
+      await seed(t, { orders: 1, users: 0 });
+      const before = await snapshot(t);
+      const depth = 40_000;
+      const body = `{"filter": ${'['.repeat(depth)}${']'.repeat(depth)}, "all": true}`;
+      expect(body.length).toBeGreaterThan(64 * 1024);
+      expect(body.length).toBeLessThan(100 * 1024); // under Express's own limit
+      const req = t.http
+        .post('/outbox/dead-letters/purge')
+        .set(key)
+        .set('Content-Type', 'application/json');
+      for (let i = 0; i < body.length; i += 16_384) req.write(body.slice(i, i + 16_384));
+      const res = await req;
+      // The request head as written (Node adds Transfer-Encoding itself, so getHeader misses it).
+      const head = (res as unknown as { req: { _header: string } }).req._header;
+      expect(head).toMatch(/^transfer-encoding: chunked\r$/im);
+      expect(head).not.toMatch(/^content-length:/im);
+      expect({ status: res.status, message: res.body.message }).toEqual({
+        status: 413,
+        message: 'request body is larger than 65536 bytes',
+      });
+      expect(await snapshot(t)).toEqual(before);
+    });
+
+    it('takes a chunked body under the limit', async () => {
+      t = await createAdminApp({ store: memory() });
+      await seed(t, { orders: 1, users: 0 });
+      const req = t.http
+        .post('/outbox/dead-letters/purge')
+        .set(key)
+        .set('Content-Type', 'application/json');
+      req.write('{"filter": {"type": ');
+      req.write('"order.placed"}}');
+      await req.expect(200, { purged: 2 });
+    });
+
     it('measures the raw body when the app keeps it', async () => {
       t = await createAdminApp({
         store: memory(),
