@@ -36,6 +36,7 @@ import { OutboxHandlerRegistry } from './outbox-handler.registry';
 import { OutboxMetadataAccessor } from './outbox-metadata.accessor';
 import { OutboxMessages } from './outbox.messages';
 import { resolveBackoff } from './outbox-options';
+import { unstorableText } from './outbox-validation';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
 
@@ -87,12 +88,20 @@ export class OutboxExplorer implements OnModuleInit {
         }
       }
       const name = options.name ?? source;
-      if (name === UNEXPANDED_HANDLER || name.length > 255 || name.length === 0) {
+      if (
+        typeof name !== 'string' ||
+        name === UNEXPANDED_HANDLER ||
+        name.length > 255 ||
+        name.length === 0
+      ) {
         throw new OutboxOptionsError(
           `@OutboxHandler name on ${source}`,
           'must be 1–255 characters and not "*"',
         );
       }
+      // The name is stored with every delivery: it must be the same text on every store.
+      const fault = unstorableText(name);
+      if (fault) throw new OutboxOptionsError(`@OutboxHandler name on ${source}`, fault);
       const invoke = this.createInvoker(instance, prototype[methodName], methodName);
       this.registry.register({
         name,

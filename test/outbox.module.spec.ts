@@ -87,6 +87,24 @@ describe('OutboxModule bootstrap', () => {
     );
   });
 
+  it.each([
+    ['a NUL', 'orders\u0000handler', /NUL character/],
+    ['a lone UTF-16 surrogate', 'orders-\ud800', /lone UTF-16 surrogate/],
+  ])('fails bootstrap on a handler name with %s', async (_what, name, reason) => {
+    @Injectable()
+    class Named {
+      @OutboxHandler('a.b', { name })
+      handle() {}
+    }
+    const error = await boot({ store: { type: 'memory' } }, [Named]).then(
+      (app) => app.close().then(() => null),
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(OutboxOptionsError);
+    expect((error as OutboxOptionsError).field).toBe('@OutboxHandler name on Named.handle');
+    expect((error as Error).message).toMatch(reason);
+  });
+
   it('fails bootstrap with a clear hint when ScheduleModule is missing and the dispatcher is on', async () => {
     await expect(boot({ store: { type: 'memory' } }, [], false)).rejects.toThrow(
       /ScheduleModule\.forRoot\(\)/,

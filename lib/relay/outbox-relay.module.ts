@@ -2,6 +2,7 @@ import { DynamicModule, Module } from '@nestjs/common';
 import type { OutboxRelayOptions } from './outbox-relay-options.interface';
 import { OutboxRelayOptionsError } from './outbox-relay-options.error';
 import { createRelayClass, getOutboxRelayToken } from './outbox-relay';
+import { unstorableText } from '../outbox-validation';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
 
@@ -37,6 +38,8 @@ function validateRelayOptions(options: OutboxRelayOptions): void {
       `expected a stable handler name of 1–255 characters (not "*"), got ${JSON.stringify(name)}`,
     );
   }
+  const fault = unstorableText(name);
+  if (fault) throw new OutboxRelayOptionsError('name', fault);
   if (client === undefined || client === null) {
     throw new OutboxRelayOptionsError(
       'client',
