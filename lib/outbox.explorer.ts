@@ -37,6 +37,7 @@ import { OutboxMetadataAccessor } from './outbox-metadata.accessor';
 import { OutboxMessages } from './outbox.messages';
 import { resolveBackoff } from './outbox-options';
 import { unstorableText } from './outbox-validation';
+import { OptionKeys, refuseUnknownKeys } from './option-fields';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
 
@@ -307,6 +308,22 @@ function ensureArgsMetadata(instance: object, methodName: string): void {
   Reflect.defineMetadata(OUTBOX_ARGS_METADATA, args, host, methodName);
 }
 
+const HANDLER_KEYS = {
+  name: true,
+  maxAttempts: true,
+  backoff: true,
+  timeoutMs: true,
+  retryIf: true,
+  idempotency: true,
+} satisfies OptionKeys<OutboxHandlerOptions>;
+
+const IDEMPOTENCY_KEYS = {
+  store: true,
+  key: true,
+  processingTtlMs: true,
+  doneTtlMs: true,
+} satisfies OptionKeys<OutboxHandlerIdempotencyOptions>;
+
 function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandlerOptions {
   const names = new Set(all.map((o) => o.name).filter((n): n is string => n !== undefined));
   if (names.size > 1) {
@@ -314,6 +331,17 @@ function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandle
       `@OutboxHandler name on ${source}`,
       `stacked decorators give different names (${[...names].join(', ')}); use one`,
     );
+  }
+  const refuse = (field: string, reason: string) =>
+    new OutboxOptionsError(`@OutboxHandler ${field} on ${source}`, reason);
+  for (const options of all) {
+    if (typeof options !== 'object' || options === null) {
+      throw refuse('options', `expected an object, got ${JSON.stringify(options)}`);
+    }
+    refuseUnknownKeys('', options, HANDLER_KEYS, refuse);
+    if (typeof options.idempotency === 'object' && options.idempotency !== null) {
+      refuseUnknownKeys('idempotency', options.idempotency, IDEMPOTENCY_KEYS, refuse);
+    }
   }
   const merged: OutboxHandlerOptions = Object.assign({}, ...all);
   for (const [field, value] of [
