@@ -31,3 +31,71 @@ export function plainObject(field: string, value: unknown): Record<string, unkno
   }
   return value as Record<string, unknown>;
 }
+
+/**
+ * The keys of an options interface, written as `{ key: true, … } satisfies OptionKeys<T>` so the
+ * compiler checks the list is complete and has nothing extra.
+ */
+export type OptionKeys<T> = Record<keyof Required<T>, true>;
+
+/**
+ * Refuses keys of an options object that are not options (a typo would otherwise be ignored and
+ * its default silently used), suggesting the closest known key. Only `value`'s own keys are read:
+ * values that are user objects (a DataSource, an ioredis client) are never walked into.
+ */
+export function refuseUnknownKeys(
+  path: string,
+  value: object,
+  keys: Record<string, true>,
+  error: (field: string, reason: string) => Error = (field, reason) =>
+    new OutboxOptionsError(field, reason),
+): void {
+  const known = Object.keys(keys);
+  const at = (key: string) => (path === '' ? key : `${path}.${key}`);
+  for (const key of Object.keys(value)) {
+    if (known.includes(key)) continue;
+    const closest = closestKey(key, known);
+    throw error(
+      at(key),
+      closest === undefined
+        ? `not an option; the options here are ${known.join(', ')}`
+        : `not an option; did you mean ${at(closest)}?`,
+    );
+  }
+}
+
+function closestKey(key: string, known: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const candidate of known) {
+    const distance = levenshtein(key.toLowerCase(), candidate.toLowerCase());
+    if (distance < bestDistance) [best, bestDistance] = [candidate, distance];
+  }
+  // Far-off suggestions mislead more than they help: allow about one edit per three characters,
+  // else take the key sharing the longest start (`allowInProd`, `logging`) if it shares 3 or more.
+  if (bestDistance <= Math.max(2, Math.floor(key.length / 3))) return best;
+  let longest = 2;
+  best = undefined;
+  for (const candidate of known) {
+    let n = 0;
+    while (n < key.length && key[n].toLowerCase() === candidate[n]?.toLowerCase()) n++;
+    if (n > longest) [best, longest] = [candidate, n];
+  }
+  return best;
+}
+
+function levenshtein(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(
+        previous[j] + 1,
+        current[j - 1] + 1,
+        previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    previous = current;
+  }
+  return previous[b.length];
+}

@@ -1,15 +1,21 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { OutboxOptionsError } from './errors/outbox-options.error';
-import { fraction, plainObject, positiveInt } from './option-fields';
+import { fraction, OptionKeys, plainObject, positiveInt, refuseUnknownKeys } from './option-fields';
 import { resolveInboxOptions } from './inbox/inbox-options';
 import { resolveObservabilityOptions } from './observability/observability-options';
 import {
   BackoffOptions,
+  CustomStoreOptions,
+  MemoryStoreOptions,
+  OutboxDispatcherOptions,
   OutboxLimits,
   OutboxModuleOptions,
+  OutboxRetentionOptions,
   ResolvedOutboxOptions,
 } from './interfaces/outbox-module-options.interface';
+import type { TypeOrmStoreOptions } from './stores/typeorm/typeorm-store.options';
+import type { RedisStoreOptions } from './stores/redis/redis-store.options';
 
 export const DEFAULT_LIMITS: OutboxLimits = {
   typeMaxLength: 255,
@@ -29,6 +35,84 @@ export const DEFAULT_BACKOFF: Required<BackoffOptions> = {
   jitter: 0.2,
 };
 
+const ROOT_KEYS = {
+  store: true,
+  dispatcher: true,
+  limits: true,
+  retention: true,
+  inbox: true,
+  logs: true,
+  metrics: true,
+  tracing: true,
+} satisfies OptionKeys<OutboxModuleOptions>;
+
+/** Option keys per store type; values such as `dataSource` or `client` are user objects, never read. */
+const STORE_KEYS: Record<string, Record<string, true>> = {
+  memory: {
+    type: true,
+    allowInProduction: true,
+    clock: true,
+  } satisfies OptionKeys<MemoryStoreOptions>,
+  custom: { type: true, store: true } satisfies OptionKeys<CustomStoreOptions>,
+  typeorm: {
+    type: true,
+    dataSource: true,
+    dataSourceToken: true,
+    tablePrefix: true,
+    schema: true,
+    ensureSchema: true,
+    preparedStatements: true,
+  } satisfies OptionKeys<TypeOrmStoreOptions>,
+  redis: {
+    type: true,
+    client: true,
+    url: true,
+    redisOptions: true,
+    prefix: true,
+  } satisfies OptionKeys<RedisStoreOptions>,
+};
+
+/** SQL databases someone may name as the store type: they go through the TypeORM store. */
+const SQL_DATABASES = [
+  'postgres',
+  'postgresql',
+  'pg',
+  'mysql',
+  'mariadb',
+  'sqlite',
+  'better-sqlite3',
+];
+
+const DISPATCHER_KEYS = {
+  enabled: true,
+  workerId: true,
+  pollInterval: true,
+  wakeups: true,
+  batchSize: true,
+  concurrency: true,
+  leaseMs: true,
+  handlerTimeoutMs: true,
+  maxAttempts: true,
+  backoff: true,
+  shutdownTimeoutMs: true,
+  storeErrorBackoffMs: true,
+  storeErrorMaxBackoffMs: true,
+} satisfies OptionKeys<OutboxDispatcherOptions>;
+
+const BACKOFF_KEYS = {
+  initialMs: true,
+  factor: true,
+  maxMs: true,
+  jitter: true,
+} satisfies OptionKeys<BackoffOptions>;
+
+const RETENTION_KEYS = {
+  deliveredMs: true,
+  deadLetterMs: true,
+  cleanupIntervalMs: true,
+  batchSize: true,
+} satisfies OptionKeys<OutboxRetentionOptions>;
+
 /**
  * Validates backoff options (module-wide or per handler) and fills what is missing, or
  * `undefined`, from `base`; `field` prefixes the option path in errors.
@@ -39,6 +123,7 @@ export function resolveBackoff(
   base: Required<BackoffOptions>,
 ): Required<BackoffOptions> {
   const b = plainObject(field, raw);
+  refuseUnknownKeys(field, b, BACKOFF_KEYS);
   const factor = b.factor;
   if (
     factor !== undefined &&
@@ -61,10 +146,12 @@ export function resolveBackoff(
   return backoff;
 }
 
+const LIMIT_KEYS = Object.fromEntries(
+  Object.keys(DEFAULT_LIMITS).map((k) => [k, true]),
+) as OptionKeys<OutboxLimits>;
+
 /** Limits bounded by the SQL stores' column sizes. */
 const LIMIT_CAPS: Partial<OutboxLimits> = { typeMaxLength: 255, keyMaxLength: 512 };
-
-const STORE_TYPES = ['memory', 'custom', 'typeorm', 'redis'];
 
 export function defaultWorkerId(): string {
   return `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
@@ -76,18 +163,30 @@ export function defaultWorkerId(): string {
  */
 export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutboxOptions {
   const root = plainObject('options', options);
+  refuseUnknownKeys('', root, ROOT_KEYS);
   const store = plainObject('store', root.store) as unknown as OutboxModuleOptions['store'];
-  if (root.store === undefined || !STORE_TYPES.includes(String(store.type))) {
+  const storeType = String(store.type);
+  if (SQL_DATABASES.includes(storeType.toLowerCase())) {
     throw new OutboxOptionsError(
       'store.type',
-      `expected one of ${STORE_TYPES.map((t) => `'${t}'`).join(', ')}, got ${JSON.stringify(store.type)}`,
+      `'${storeType}' is reached through TypeORM: use { type: 'typeorm', dataSource } with your TypeORM DataSource (or dataSourceToken)`,
     );
   }
+  if (root.store === undefined || !Object.hasOwn(STORE_KEYS, storeType)) {
+    throw new OutboxOptionsError(
+      'store.type',
+      `expected one of ${Object.keys(STORE_KEYS)
+        .map((t) => `'${t}'`)
+        .join(', ')}, got ${JSON.stringify(store.type)}`,
+    );
+  }
+  refuseUnknownKeys('store', store, STORE_KEYS[storeType]);
   if (store.type === 'custom' && (typeof store.store !== 'object' || store.store === null)) {
     throw new OutboxOptionsError('store.store', 'a custom store needs an OutboxStore instance');
   }
 
   const d = plainObject('dispatcher', root.dispatcher);
+  refuseUnknownKeys('dispatcher', d, DISPATCHER_KEYS);
   if (d.enabled !== undefined && typeof d.enabled !== 'boolean') {
     throw new OutboxOptionsError(
       'dispatcher.enabled',
@@ -139,13 +238,8 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
 
   const l = plainObject('limits', root.limits);
   const limits = { ...DEFAULT_LIMITS };
+  refuseUnknownKeys('limits', l, LIMIT_KEYS);
   for (const [name, value] of Object.entries(l)) {
-    if (!(name in DEFAULT_LIMITS)) {
-      throw new OutboxOptionsError(
-        `limits.${name}`,
-        `unknown limit; known: ${Object.keys(DEFAULT_LIMITS).join(', ')}`,
-      );
-    }
     limits[name as keyof OutboxLimits] = positiveInt(`limits.${name}`, value, 0);
     const cap = LIMIT_CAPS[name as keyof OutboxLimits];
     if (cap !== undefined && limits[name as keyof OutboxLimits] > cap) {
@@ -157,6 +251,7 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
   }
 
   const r = plainObject('retention', root.retention);
+  refuseUnknownKeys('retention', r, RETENTION_KEYS);
   if (r.deadLetterMs !== undefined && r.deadLetterMs !== null) {
     positiveInt('retention.deadLetterMs', r.deadLetterMs, 0);
   }

@@ -10,6 +10,21 @@ const TYPE_PATTERN = /^[A-Za-z0-9._:-]+$/;
 const CONTROL_CHARACTERS = /[\u0000-\u001f\u007f]/;
 const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/i;
 
+/**
+ * Why a string cannot be stored as given on every store, or `null`: a NUL (PostgreSQL refuses it
+ * in text, a driver error at commit) or a lone UTF-16 surrogate (drivers write U+FFFD or drop it,
+ * so two distinct values would become one row's key; README Limits).
+ */
+export function unstorableText(text: string): string | null {
+  if (text.includes('\u0000')) {
+    return 'contains a NUL character (\\u0000), which PostgreSQL cannot store';
+  }
+  if (!(text as string & { isWellFormed(): boolean }).isWellFormed()) {
+    return 'is not well-formed Unicode: it contains a lone UTF-16 surrogate, which database drivers replace with U+FFFD';
+  }
+  return null;
+}
+
 export function isUuid(value: unknown): value is string {
   return typeof value === 'string' && UUID_PATTERN.test(value);
 }
@@ -79,18 +94,21 @@ export function validateEvent(
       `expected 1–${limits.typeMaxLength} characters of [A-Za-z0-9._:-], got ${JSON.stringify(type)?.slice(0, 80)}`,
     );
   }
-  if (
-    key !== undefined &&
-    key !== null &&
-    (typeof key !== 'string' ||
+  if (key !== undefined && key !== null) {
+    if (typeof key === 'string' && unstorableText(key)) {
+      throw new OutboxValidationError(`${path}.key`, unstorableText(key)!);
+    }
+    if (
+      typeof key !== 'string' ||
       key.length < 1 ||
       key.length > limits.keyMaxLength ||
-      CONTROL_CHARACTERS.test(key))
-  ) {
-    throw new OutboxValidationError(
-      `${path}.key`,
-      `expected a string of 1–${limits.keyMaxLength} characters without control characters, or null`,
-    );
+      CONTROL_CHARACTERS.test(key)
+    ) {
+      throw new OutboxValidationError(
+        `${path}.key`,
+        `expected a string of 1–${limits.keyMaxLength} characters without control characters, or null`,
+      );
+    }
   }
   if (payload === undefined) {
     throw new OutboxValidationError(
@@ -138,12 +156,21 @@ export function validateEvent(
           `header name "${name.slice(0, 40)}" must be 1–${limits.headerNameMaxLength} characters`,
         );
       }
+      const nameFault = unstorableText(name);
+      if (nameFault) {
+        throw new OutboxValidationError(
+          `${path}.headers`,
+          `header name ${JSON.stringify(name.slice(0, 40))} ${nameFault}`,
+        );
+      }
       if (typeof value !== 'string' || value.length > limits.headerValueMaxLength) {
         throw new OutboxValidationError(
           `${path}.headers.${name}`,
           `expected a string of at most ${limits.headerValueMaxLength} characters`,
         );
       }
+      const valueFault = unstorableText(value);
+      if (valueFault) throw new OutboxValidationError(`${path}.headers.${name}`, valueFault);
       // Defined, not assigned: assigning `__proto__` would drop the header (README Limits).
       Object.defineProperty(normalizedHeaders, name, {
         value,

@@ -36,6 +36,8 @@ import { OutboxHandlerRegistry } from './outbox-handler.registry';
 import { OutboxMetadataAccessor } from './outbox-metadata.accessor';
 import { OutboxMessages } from './outbox.messages';
 import { resolveBackoff } from './outbox-options';
+import { unstorableText } from './outbox-validation';
+import { OptionKeys, refuseUnknownKeys } from './option-fields';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
 
@@ -87,12 +89,20 @@ export class OutboxExplorer implements OnModuleInit {
         }
       }
       const name = options.name ?? source;
-      if (name === UNEXPANDED_HANDLER || name.length > 255 || name.length === 0) {
+      if (
+        typeof name !== 'string' ||
+        name === UNEXPANDED_HANDLER ||
+        name.length > 255 ||
+        name.length === 0
+      ) {
         throw new OutboxOptionsError(
           `@OutboxHandler name on ${source}`,
           'must be 1–255 characters and not "*"',
         );
       }
+      // The name is stored with every delivery: it must be the same text on every store.
+      const fault = unstorableText(name);
+      if (fault) throw new OutboxOptionsError(`@OutboxHandler name on ${source}`, fault);
       const invoke = this.createInvoker(instance, prototype[methodName], methodName);
       this.registry.register({
         name,
@@ -298,6 +308,22 @@ function ensureArgsMetadata(instance: object, methodName: string): void {
   Reflect.defineMetadata(OUTBOX_ARGS_METADATA, args, host, methodName);
 }
 
+const HANDLER_KEYS = {
+  name: true,
+  maxAttempts: true,
+  backoff: true,
+  timeoutMs: true,
+  retryIf: true,
+  idempotency: true,
+} satisfies OptionKeys<OutboxHandlerOptions>;
+
+const IDEMPOTENCY_KEYS = {
+  store: true,
+  key: true,
+  processingTtlMs: true,
+  doneTtlMs: true,
+} satisfies OptionKeys<OutboxHandlerIdempotencyOptions>;
+
 function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandlerOptions {
   const names = new Set(all.map((o) => o.name).filter((n): n is string => n !== undefined));
   if (names.size > 1) {
@@ -305,6 +331,17 @@ function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandle
       `@OutboxHandler name on ${source}`,
       `stacked decorators give different names (${[...names].join(', ')}); use one`,
     );
+  }
+  const refuse = (field: string, reason: string) =>
+    new OutboxOptionsError(`@OutboxHandler ${field} on ${source}`, reason);
+  for (const options of all) {
+    if (typeof options !== 'object' || options === null) {
+      throw refuse('options', `expected an object, got ${JSON.stringify(options)}`);
+    }
+    refuseUnknownKeys('', options, HANDLER_KEYS, refuse);
+    if (typeof options.idempotency === 'object' && options.idempotency !== null) {
+      refuseUnknownKeys('idempotency', options.idempotency, IDEMPOTENCY_KEYS, refuse);
+    }
   }
   const merged: OutboxHandlerOptions = Object.assign({}, ...all);
   for (const [field, value] of [

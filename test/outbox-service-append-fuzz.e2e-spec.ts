@@ -351,6 +351,51 @@ function describeAppendFuzz(store: () => Promise<OutboxStoreOptions>): void {
     expect(seen.invalid).toBeGreaterThan(0);
     expect(seen.delivered).toBeGreaterThan(0);
   });
+
+  it('refuses NUL and lone UTF-16 surrogates in keys and headers, naming the field; payload strings round-trip', async () => {
+    const before = await counts(t.store);
+    // Drivers turn a lone surrogate into U+FFFD (or drop it): two distinct keys would become one.
+    const refused: [Record<string, unknown>, string][] = [
+      [{ key: 'order-1\ud800' }, 'events[1].key'],
+      [{ key: '\udc00order-1' }, 'events[1].key'],
+      [{ key: 'a\u0000' }, 'events[1].key'],
+      [{ headers: { 'x-\u0000': 'v' } }, 'events[1].headers'],
+      [{ headers: { 'x-\ud83d': 'v' } }, 'events[1].headers'],
+      [{ headers: { h: 'v\u0000w' } }, 'events[1].headers.h'],
+      [{ headers: { h: '\udfff' } }, 'events[1].headers.h'],
+    ];
+    for (const [fields, field] of refused) {
+      const error: unknown = await t.outbox
+        .append([
+          { type: 'fz.a', payload: 1 },
+          { type: 'fz.a', payload: 1, ...fields },
+        ])
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OutboxValidationError);
+      expect((error as OutboxValidationError).field).toBe(field);
+      expect((error as OutboxValidationError).reason).toMatch(/NUL|lone UTF-16 surrogate/);
+    }
+    expect(await counts(t.store)).toEqual(before);
+
+    const payload = {
+      'k\u0000': 'v\u0000',
+      lone: ['\ud800', 'x\udfffy', '\udc00\ud800'],
+      '\udbff': { pair: '\ud83d\ude80', nul: '\u0000', escaped: '\\u0000 \\ud800' },
+    };
+    const stored = await t.outbox.append({
+      type: 'fz.a',
+      payload,
+      key: 'order-1 🚀',
+      headers: { h: '🚀 ünï' },
+    });
+    expect(stored.payload).toEqual(payload);
+    await t.dispatcher.drain();
+    expect(t.recorder.received.get(stored.id)).toMatchObject({
+      payload,
+      key: 'order-1 🚀',
+      headers: { h: '🚀 ünï' },
+    });
+  });
 }
 
 describe('OutboxService.append fuzz [memory store]', () => {

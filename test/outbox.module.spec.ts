@@ -11,6 +11,7 @@ import {
   OutboxOptionsError,
   OutboxService,
 } from 'nestjs-outbox';
+import { resolveOutboxOptions } from '../lib/outbox-options';
 
 async function boot(options: unknown, providers: any[] = [], withSchedule = true) {
   const moduleRef = await Test.createTestingModule({
@@ -57,6 +58,101 @@ describe('OutboxModule bootstrap', () => {
     expect((error as Error).message).toContain(field);
   });
 
+  it.each([
+    [
+      { store: { type: 'memory' }, dispatcher: { pollIntervalMs: 100 } },
+      'dispatcher.pollIntervalMs',
+      'dispatcher.pollInterval',
+    ],
+    [{ store: { type: 'memory' }, dispatchr: {} }, 'dispatchr', 'dispatcher'],
+    [
+      { store: { type: 'memory', allowInProd: true } },
+      'store.allowInProd',
+      'store.allowInProduction',
+    ],
+    [
+      { store: { type: 'custom', store: new MemoryOutboxStore(), clock: () => new Date() } },
+      'store.clock',
+      undefined,
+    ],
+    [
+      { store: { type: 'typeorm', dataSource: {}, tablePrefx: 'o_' } },
+      'store.tablePrefx',
+      'store.tablePrefix',
+    ],
+    [
+      { store: { type: 'redis', url: 'redis://x', keyPrefix: 'o' } },
+      'store.keyPrefix',
+      'store.prefix',
+    ],
+    [
+      { store: { type: 'memory' }, dispatcher: { backoff: { initalMs: 5 } } },
+      'dispatcher.backoff.initalMs',
+      'dispatcher.backoff.initialMs',
+    ],
+    [
+      { store: { type: 'memory' }, retention: { deliveredMS: 5 } },
+      'retention.deliveredMS',
+      'retention.deliveredMs',
+    ],
+    [
+      { store: { type: 'memory' }, limits: { payloadMaxByte: 5 } },
+      'limits.payloadMaxByte',
+      'limits.payloadMaxBytes',
+    ],
+    [
+      { store: { type: 'memory' }, inbox: { dataSource: {}, retention: 5 } },
+      'inbox.retention',
+      'inbox.retentionMs',
+    ],
+    [
+      { store: { type: 'memory' }, metrics: { gaugeRefresh: 0 } },
+      'metrics.gaugeRefresh',
+      'metrics.gaugeRefreshMs',
+    ],
+    [{ store: { type: 'memory' }, logging: false }, 'logging', 'logs'],
+  ])(
+    'refuses an unknown option key %j naming %s and the closest option',
+    async (options, field, closest) => {
+      const error = await boot(options).then(
+        (app) => app.close().then(() => null),
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(OutboxOptionsError);
+      expect((error as OutboxOptionsError).field).toBe(field);
+      expect((error as Error).message).toContain(
+        closest
+          ? `not an option; did you mean ${closest}?`
+          : 'not an option; the options here are type, store',
+      );
+    },
+  );
+
+  it('does not walk into user objects given as options (DataSource, ioredis options, client, registry)', () => {
+    const foreign = { anything: 1, nested: { more: true } };
+    for (const store of [
+      { type: 'typeorm', dataSource: foreign },
+      { type: 'redis', url: 'redis://localhost', redisOptions: foreign },
+      { type: 'redis', client: foreign },
+      { type: 'custom', store: Object.assign(new MemoryOutboxStore(), foreign) },
+    ]) {
+      expect(() => resolveOutboxOptions({ store } as OutboxModuleOptions)).not.toThrow();
+    }
+    const registry = { registerMetric() {}, getSingleMetric() {}, anything: 1 };
+    expect(() =>
+      resolveOutboxOptions({ store: { type: 'memory' }, metrics: { registry } } as never),
+    ).not.toThrow();
+  });
+
+  it.each(['postgres', 'postgresql', 'mysql', 'mariadb', 'sqlite', 'better-sqlite3'])(
+    "store type '%s' points to type 'typeorm' with a dataSource",
+    (type) => {
+      expect(() => resolveOutboxOptions({ store: { type } } as never)).toThrow(
+        /store\.type.*use \{ type: 'typeorm', dataSource \}/,
+      );
+    },
+  );
+
   it('refuses the memory store under NODE_ENV=production unless allowed', async () => {
     const previous = process.env.NODE_ENV;
     process.env.NODE_ENV = 'production';
@@ -85,6 +181,24 @@ describe('OutboxModule bootstrap', () => {
     await expect(boot({ store: { type: 'memory' } }, [One, Two])).rejects.toThrow(
       /"same".*One\.handle.*Two\.handle/,
     );
+  });
+
+  it.each([
+    ['a NUL', 'orders\u0000handler', /NUL character/],
+    ['a lone UTF-16 surrogate', 'orders-\ud800', /lone UTF-16 surrogate/],
+  ])('fails bootstrap on a handler name with %s', async (_what, name, reason) => {
+    @Injectable()
+    class Named {
+      @OutboxHandler('a.b', { name })
+      handle() {}
+    }
+    const error = await boot({ store: { type: 'memory' } }, [Named]).then(
+      (app) => app.close().then(() => null),
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(OutboxOptionsError);
+    expect((error as OutboxOptionsError).field).toBe('@OutboxHandler name on Named.handle');
+    expect((error as Error).message).toMatch(reason);
   });
 
   it('fails bootstrap with a clear hint when ScheduleModule is missing and the dispatcher is on', async () => {
@@ -162,6 +276,19 @@ describe('OutboxModule bootstrap', () => {
       await app.close();
     }
     expect((await store.stats()).pending).toBe(3);
+  });
+
+  it('refuses unknown keys in async options too', async () => {
+    const moduleRef = Test.createTestingModule({
+      imports: [
+        OutboxModule.forRootAsync({
+          useFactory: () => ({ store: { type: 'memory' }, dispatcher: { batchsize: 5 } }) as never,
+        }),
+      ],
+    });
+    await expect(moduleRef.compile()).rejects.toThrow(
+      'Invalid OutboxModule option "dispatcher.batchsize": not an option; did you mean dispatcher.batchSize?',
+    );
   });
 
   it('rejects bad async options at bootstrap too', async () => {

@@ -5,6 +5,21 @@ import {
 } from './outbox-admin-options.interface';
 import { OUTBOX_ADMIN_PAGE_SIZE_CEILING } from './outbox-admin.constants';
 import { OutboxAdminOptionsError } from '../errors/outbox-admin-options.error';
+import { OptionKeys, refuseUnknownKeys } from '../option-fields';
+
+const ADMIN_KEYS = {
+  guards: true,
+  allowUnauthenticated: true,
+  limits: true,
+} satisfies OptionKeys<OutboxAdminModuleOptions>;
+
+const ADMIN_LIMIT_KEYS = {
+  maxPageSize: true,
+  defaultPageSize: true,
+  maxBodyBytes: true,
+} satisfies OptionKeys<OutboxAdminLimits>;
+
+const adminError = (field: string, reason: string) => new OutboxAdminOptionsError(field, reason);
 
 /** @internal Defaults of `OutboxAdminModuleOptions.limits`. */
 export const DEFAULT_ADMIN_LIMITS: OutboxAdminLimits = {
@@ -40,6 +55,16 @@ function isGuard(value: unknown): boolean {
 export function resolveOutboxAdminOptions(
   options: OutboxAdminModuleOptions = {},
 ): ResolvedOutboxAdminOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new OutboxAdminOptionsError('options', `expected an object, got ${String(options)}`);
+  }
+  refuseUnknownKeys('', options, ADMIN_KEYS, adminError);
+  if (options.limits !== undefined) {
+    if (typeof options.limits !== 'object' || options.limits === null) {
+      throw new OutboxAdminOptionsError('limits', 'expected an object');
+    }
+    refuseUnknownKeys('limits', options.limits, ADMIN_LIMIT_KEYS, adminError);
+  }
   const guards = options.guards ?? [];
   if (!Array.isArray(guards)) {
     throw new OutboxAdminOptionsError('guards', 'expected an array of guard classes or instances');

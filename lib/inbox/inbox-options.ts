@@ -1,8 +1,12 @@
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import { positiveInt } from '../option-fields';
+import { OptionKeys, positiveInt, refuseUnknownKeys } from '../option-fields';
 import type { OutboxStoreOptions } from '../interfaces/outbox-module-options.interface';
 import { IDENTIFIER } from './dialects';
-import { InboxIsolationLevel, ResolvedInboxOptions } from './inbox-options.interface';
+import {
+  InboxIsolationLevel,
+  OutboxInboxOptions,
+  ResolvedInboxOptions,
+} from './inbox-options.interface';
 
 export const DEFAULT_LOCK_TIMEOUT_MS = 5_000;
 export const DEFAULT_INBOX_RETENTION_MS = 7 * 86_400_000;
@@ -13,6 +17,19 @@ const ISOLATION_LEVELS: InboxIsolationLevel[] = [
   'REPEATABLE READ',
   'SERIALIZABLE',
 ];
+
+const INBOX_KEYS = {
+  dataSource: true,
+  dataSourceToken: true,
+  retentionMs: true,
+  cleanupIntervalMs: true,
+  cleanupBatchSize: true,
+  isolationLevel: true,
+  lockTimeoutMs: true,
+  tablePrefix: true,
+  schema: true,
+  ensureSchema: true,
+} satisfies OptionKeys<OutboxInboxOptions>;
 
 export function isIsolationLevel(value: unknown): value is InboxIsolationLevel {
   return ISOLATION_LEVELS.includes(value as InboxIsolationLevel);
@@ -34,6 +51,7 @@ export function resolveInboxOptions(
     throw new OutboxOptionsError('inbox', `expected an object, got ${JSON.stringify(value)}`);
   }
   const o = (value ?? {}) as Record<string, unknown>;
+  refuseUnknownKeys('inbox', o, INBOX_KEYS);
   const fromStore = store.type === 'typeorm' ? store : undefined;
   if (value === undefined && !fromStore) return null;
 

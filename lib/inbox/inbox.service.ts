@@ -15,6 +15,7 @@ import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.erro
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { AmbientTransactions } from '../ambient-transaction';
 import { OUTBOX_HANDLER_METADATA } from '../outbox.constants';
+import { OptionKeys, refuseUnknownKeys } from '../option-fields';
 import {
   INBOX_CLEANUP_INTERVAL,
   INBOX_MANAGER_PARAMS_METADATA,
@@ -45,6 +46,18 @@ const DEFAULT_KEY = Symbol('default inbox DataSource');
  * Runs `@Inbox()` consumers: resolves their DataSources, creates the table where allowed,
  * counts outcomes and runs the retention job.
  */
+const INBOX_DECORATOR_KEYS = {
+  messageId: true,
+  consumer: true,
+  duplicateResult: true,
+  dataSource: true,
+  isolationLevel: true,
+  lockTimeoutMs: true,
+  noAck: true,
+  scope: true,
+  fingerprint: true,
+} satisfies OptionKeys<InboxOptions>;
+
 @Injectable()
 export class InboxService
   implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown
@@ -275,6 +288,12 @@ export class InboxService
   }
 
   private validate(where: string, method: object, options: InboxOptions): void {
+    const refuse = (field: string, reason: string) =>
+      new OutboxOptionsError(`@Inbox ${field}`, `${reason} (on ${where})`);
+    if (typeof options !== 'object' || options === null) {
+      throw refuse('options', `expected an object, got ${JSON.stringify(options)}`);
+    }
+    refuseUnknownKeys('', options, INBOX_DECORATOR_KEYS, refuse);
     if (options.consumer !== undefined) {
       const consumer = normalizeKey(options.consumer, 'consumer');
       if (consumer instanceof MissingMessageId) {
@@ -326,6 +345,10 @@ export class InboxService
           typeof (source as { path?: unknown }).path === 'string'));
     if (!validSource) {
       throw new OutboxOptionsError('@Inbox messageId', InboxMessages.badMessageIdSource(where));
+    }
+    if (typeof source === 'object' && source !== null) {
+      const keys: Record<string, true> = 'header' in source ? { header: true } : { path: true };
+      refuseUnknownKeys('messageId', source, keys, refuse);
     }
     const managerParams = Reflect.getMetadata(INBOX_MANAGER_PARAMS_METADATA, method) as
       number[] | undefined;

@@ -1,6 +1,7 @@
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import { plainObject, positiveInt } from '../option-fields';
+import { OptionKeys, plainObject, positiveInt, refuseUnknownKeys } from '../option-fields';
 import {
+  OutboxMetricsOptions,
   PrometheusRegistryLike,
   ResolvedObservabilityOptions,
 } from './observability-options.interface';
@@ -11,6 +12,13 @@ export const DEFAULT_HANDLER_DURATION_BUCKETS = [
 export const DEFAULT_DELIVERY_LAG_BUCKETS = [
   0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600,
 ];
+
+const METRICS_KEYS = {
+  registry: true,
+  gaugeRefreshMs: true,
+  handlerDurationBuckets: true,
+  deliveryLagBuckets: true,
+} satisfies OptionKeys<OutboxMetricsOptions>;
 
 /** Logs on, metrics and tracing off. */
 export const DEFAULT_OBSERVABILITY: ResolvedObservabilityOptions = {
@@ -54,6 +62,7 @@ export function resolveObservabilityOptions(
   let metrics: ResolvedObservabilityOptions['metrics'] = null;
   if (root.metrics !== undefined && root.metrics !== false) {
     const m = root.metrics === true ? {} : plainObject('metrics', root.metrics);
+    refuseUnknownKeys('metrics', m, METRICS_KEYS);
     const registry = m.registry;
     if (
       registry !== undefined &&

@@ -2,6 +2,8 @@ import { DynamicModule, Module } from '@nestjs/common';
 import type { OutboxRelayOptions } from './outbox-relay-options.interface';
 import { OutboxRelayOptionsError } from './outbox-relay-options.error';
 import { createRelayClass, getOutboxRelayToken } from './outbox-relay';
+import { unstorableText } from '../outbox-validation';
+import { OptionKeys, refuseUnknownKeys } from '../option-fields';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
 
@@ -26,10 +28,24 @@ export class OutboxRelayModule {
   }
 }
 
+const RELAY_KEYS = {
+  name: true,
+  client: true,
+  types: true,
+  filter: true,
+  pattern: true,
+  publishTimeoutMs: true,
+  mqttQos: true,
+  maxAttempts: true,
+  backoff: true,
+  timeoutMs: true,
+} satisfies OptionKeys<OutboxRelayOptions>;
+
 function validateRelayOptions(options: OutboxRelayOptions): void {
   if (typeof options !== 'object' || options === null) {
     throw new OutboxRelayOptionsError('options', 'expected { name, client, types }');
   }
+  refuseUnknownKeys('', options, RELAY_KEYS, (f, r) => new OutboxRelayOptionsError(f, r));
   const { name, client, types, filter, pattern, publishTimeoutMs, mqttQos } = options;
   if (typeof name !== 'string' || name.length === 0 || name.length > 255 || name === '*') {
     throw new OutboxRelayOptionsError(
@@ -37,6 +53,8 @@ function validateRelayOptions(options: OutboxRelayOptions): void {
       `expected a stable handler name of 1–255 characters (not "*"), got ${JSON.stringify(name)}`,
     );
   }
+  const fault = unstorableText(name);
+  if (fault) throw new OutboxRelayOptionsError('name', fault);
   if (client === undefined || client === null) {
     throw new OutboxRelayOptionsError(
       'client',

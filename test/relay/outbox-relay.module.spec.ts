@@ -74,6 +74,9 @@ describe('OutboxRelayModule', () => {
   it.each([
     ['name', { name: '' }],
     ['name', { name: '*' }],
+    ['name', { name: 'relay\u0000' }],
+    ['name', { name: 'relay-\udc00' }],
+    ['publishTimeout', { publishTimeout: 5_000 }],
     ['client', { client: undefined }],
     ['types', { types: [] }],
     ['types', { types: 'a/b' }],

@@ -101,7 +101,11 @@ export class TypeOrmOutboxStore implements OutboxStore {
       `${found}. Run \`npx nestjs-outbox schema migrate --outbox --url <database url>\`` +
         `${prefix === 'outbox_' ? '' : ` --prefix ${prefix}`}, or add the migrations (NestjsOutboxSchema1780000000000, ` +
         'NestjsOutboxSchema1781000000000 and NestjsOutboxSchema1782000000000, or createOutboxMigration for your prefix) to your DataSource, ' +
-        'or set ensureSchema: true to let the app create them.',
+        'or set ensureSchema: true to let the app create them.' +
+        (status.current === null
+          ? ' An app that only consumes messages (@Inbox()) needs no outbox tables: import ' +
+            'InboxModule.forRoot({ dataSource }) instead of OutboxModule.'
+          : ''),
     );
   }
 

@@ -39,6 +39,13 @@ describeWithService('postgres', 'outbox tables are checked at bootstrap', () => 
     );
   });
 
+  it('tells a consumer-only app that InboxModule needs no outbox tables', async () => {
+    const error = await boot(uniquePrefix('nochk'));
+    expect(String(error)).toMatch(
+      /only consumes.*InboxModule\.forRoot\(\{ dataSource \}\) instead of OutboxModule/,
+    );
+  });
+
   it('fails when the tables are at an older schema version', async () => {
     const prefix = uniquePrefix('v1chk');
     const d = createDialect(ds, { tablePrefix: prefix });

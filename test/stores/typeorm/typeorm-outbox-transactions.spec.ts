@@ -160,6 +160,19 @@ function transactionsOn(dialect: TestDialect): void {
     expect(await claimIds()).toEqual([]);
   });
 
+  it.each([
+    ['an empty object', {}],
+    ['a string', 'manager'],
+    ['a repository', { manager: undefined, metadata: {}, find: () => [] }],
+  ])('refuses %s as manager as not an EntityManager (or QueryRunner)', async (_what, manager) => {
+    const error: unknown = await store.append([event()], { manager }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as OutboxValidationError).field).toBe('options.manager');
+    expect((error as Error).message).toMatch(/is not a TypeORM EntityManager \(or QueryRunner\)/);
+    expect((error as Error).message).not.toMatch(/open transaction/);
+    expect(await claimIds()).toEqual([]);
+  });
+
   it('without a manager, commits the batch in its own transaction', async () => {
     const batch = [event({ key: 'k' }), event({ key: 'k' }), event()];
     const stored = await store.append(batch);

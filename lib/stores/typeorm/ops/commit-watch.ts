@@ -39,6 +39,20 @@ export class CommitWatch {
       typeof m?.startTransaction === 'function' && typeof m.query === 'function'
         ? (m as QueryRunner)
         : m?.queryRunner;
+    const isManager =
+      typeof m === 'object' &&
+      m !== null &&
+      typeof (m as { transaction?: unknown }).transaction === 'function' &&
+      typeof m.query === 'function';
+    if (!runner && !isManager) {
+      throw new OutboxValidationError(
+        'options.manager',
+        `is not a TypeORM EntityManager (or QueryRunner), got ${describeValue(manager)}. ` +
+          'Pass the EntityManager that dataSource.transaction(async (manager) => { ... }) gives its callback, ' +
+          'or queryRunner.manager (or the QueryRunner) after await queryRunner.startTransaction(); ' +
+          'or omit manager to let the outbox commit the event in its own transaction.',
+      );
+    }
     if (!runner || !runner.isTransactionActive || runner.isReleased) {
       throw new OutboxValidationError(
         'options.manager',
@@ -176,4 +190,10 @@ export class CommitWatch {
     if (index >= 0) this.ctx.dataSource.subscribers.splice(index, 1);
     this.commitHook = null;
   }
+}
+
+function describeValue(value: unknown): string {
+  if (typeof value !== 'object' || value === null) return JSON.stringify(value) ?? typeof value;
+  const name = (value as object).constructor?.name;
+  return name && name !== 'Object' ? `an instance of ${name}` : 'a plain object';
 }

@@ -1,0 +1,134 @@
+import { Injectable } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  Inbox,
+  InboxModule,
+  OutboxAdminModule,
+  OutboxAdminOptionsError,
+  OutboxHandler,
+  OutboxModule,
+  OutboxOptionsError,
+} from 'nestjs-outbox';
+import { refuseUnknownKeys } from '../lib/option-fields';
+import { resolveOutboxAdminOptions } from '../lib/admin/outbox-admin-options';
+
+/** Unknown option keys are refused everywhere options are read (README Configuration). */
+
+async function bootError(imports: any[], providers: any[] = []): Promise<unknown> {
+  try {
+    const moduleRef = await Test.createTestingModule({ imports, providers }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    await app.close();
+    return null;
+  } catch (error) {
+    return error;
+  }
+}
+
+describe('refuseUnknownKeys', () => {
+  const known = { pollInterval: true, batchSize: true, allowInProduction: true } as const;
+
+  it.each([
+    ['pollIntervalMs', 'x.pollInterval'],
+    ['batchsize', 'x.batchSize'],
+    ['bachSize', 'x.batchSize'],
+    ['allowInProd', 'x.allowInProduction'],
+  ])('suggests the closest key for %s', (key, closest) => {
+    expect(() => refuseUnknownKeys('x', { [key]: 1 }, known)).toThrow(
+      `Invalid OutboxModule option "x.${key}": not an option; did you mean ${closest}?`,
+    );
+  });
+
+  it('lists the options when nothing is close, and accepts known keys', () => {
+    expect(() => refuseUnknownKeys('', { zzz: 1 }, known)).toThrow(
+      'Invalid OutboxModule option "zzz": not an option; the options here are pollInterval, batchSize, allowInProduction',
+    );
+    expect(() => refuseUnknownKeys('', { batchSize: 1, pollInterval: 2 }, known)).not.toThrow();
+  });
+});
+
+describe('unknown option keys', () => {
+  const memory = () =>
+    OutboxModule.forRoot({ store: { type: 'memory' }, dispatcher: { enabled: false } });
+
+  it('@OutboxHandler options and their idempotency options', async () => {
+    @Injectable()
+    class Typo {
+      @OutboxHandler('a.b', { maxAttempt: 3 } as never)
+      handle() {}
+    }
+    const error = await bootError([memory()], [Typo]);
+    expect(error).toBeInstanceOf(OutboxOptionsError);
+    expect((error as OutboxOptionsError).field).toBe('@OutboxHandler maxAttempt on Typo.handle');
+    expect((error as Error).message).toMatch(/did you mean maxAttempts\?/);
+
+    @Injectable()
+    class IdemTypo {
+      @OutboxHandler('a.b', { idempotency: { store: {} as never, doneTtl: 5 } as never })
+      handle() {}
+    }
+    const idem = await bootError([memory()], [IdemTypo]);
+    expect((idem as OutboxOptionsError).field).toBe(
+      '@OutboxHandler idempotency.doneTtl on IdemTypo.handle',
+    );
+    expect((idem as Error).message).toMatch(/did you mean idempotency\.doneTtlMs\?/);
+  });
+
+  it('@Inbox options and messageId sources', async () => {
+    @Injectable()
+    class Consumer {
+      @Inbox({ consumr: 'orders' } as never)
+      handle() {}
+    }
+    const error = await bootError([InboxModule.forRoot({ dataSource: {} })], [Consumer]);
+    expect(error).toBeInstanceOf(OutboxOptionsError);
+    expect((error as OutboxOptionsError).field).toBe('@Inbox consumr');
+    expect((error as Error).message).toMatch(/did you mean consumer\? \(on Consumer\.handle\)/);
+
+    @Injectable()
+    class Source {
+      @Inbox({ messageId: { header: 'x-id', path: 'id' } as never })
+      handle() {}
+    }
+    const source = await bootError([InboxModule.forRoot({ dataSource: {} })], [Source]);
+    expect((source as OutboxOptionsError).field).toBe('@Inbox messageId.path');
+  });
+
+  it('InboxModule.forRoot options', async () => {
+    const error = await bootError([
+      InboxModule.forRoot({ dataSource: {}, lockTimeout: 5 } as never),
+    ]);
+    expect(error).toBeInstanceOf(OutboxOptionsError);
+    expect((error as OutboxOptionsError).field).toBe('inbox.lockTimeout');
+    expect((error as Error).message).toMatch(/did you mean inbox\.lockTimeoutMs\?/);
+  });
+
+  it('OutboxAdminModule options and limits', async () => {
+    expect(() =>
+      resolveOutboxAdminOptions({ allowUnauthenticated: true, guard: [] } as never),
+    ).toThrow('Invalid OutboxAdminModule option "guard": not an option; did you mean guards?');
+    expect(() =>
+      resolveOutboxAdminOptions({
+        allowUnauthenticated: true,
+        limits: { maxPagesize: 10 },
+      } as never),
+    ).toThrow(OutboxAdminOptionsError);
+    const error = await bootError([
+      memory(),
+      OutboxAdminModule.register({ allowUnauthenticated: true, limit: {} } as never),
+    ]);
+    expect(error).toBeInstanceOf(OutboxAdminOptionsError);
+    expect((error as OutboxAdminOptionsError).field).toBe('limit');
+    expect((error as Error).message).toMatch(/did you mean limits\?/);
+  });
+
+  it('OutboxAdminModule extras (path, imports, ui) are still accepted', async () => {
+    expect(
+      await bootError([
+        memory(),
+        OutboxAdminModule.register({ allowUnauthenticated: true, path: 'ops', ui: false }),
+      ]),
+    ).toBeNull();
+  });
+});
