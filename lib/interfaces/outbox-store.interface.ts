@@ -20,6 +20,8 @@ export interface AppendableEvent {
 export interface StoreAppendOptions {
   /** A transaction handle (TypeORM `EntityManager` / `QueryRunner`) for stores that support it. */
   manager?: unknown;
+  /** Another client's transaction object (a pg `PoolClient` after `BEGIN`) for the 'sql' store. */
+  tx?: unknown;
 }
 
 /** The handlers a worker runs, each with the event types it subscribes to. */

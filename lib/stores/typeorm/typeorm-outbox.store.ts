@@ -20,6 +20,8 @@ import {
   OutboxStoreStats,
   StoreAppendOptions,
 } from '../../interfaces/outbox-store.interface';
+import type { SqlExecutor } from '../../executors/sql-executor';
+import { TypeOrmExecutor } from '../../executors/typeorm-executor';
 import { AckOp } from './ops/acks';
 import { AppendOp } from './ops/append';
 import { ClaimOp } from './ops/claim';
@@ -33,15 +35,15 @@ import { ensureOutboxSchema, outboxSchemaStatus } from './schema/schema';
 export type { TypeOrmOutboxStoreOptions } from './ops/context';
 
 /**
- * Outbox store over a TypeORM `DataSource` on PostgreSQL, MySQL/MariaDB or SQLite. Appends can
- * join the caller's transaction; every other operation is one short statement or transaction,
- * so no connection or transaction is held while a handler runs.
+ * Outbox store on PostgreSQL, MySQL/MariaDB or SQLite, over an executor (lib/executors: TypeORM,
+ * node-postgres). Appends can join the caller's transaction; every other operation is one short
+ * statement or transaction, so no connection or transaction is held while a handler runs.
  *
  * A facade: each concern lives in `ops/` (append, commit watch, claim and expansion, leases,
  * acks, dead letters, maintenance), the SQL that differs per database in `dialects/<name>/`,
  * the tables and migrations in `schema/`.
  */
-export class TypeOrmOutboxStore implements OutboxStore {
+export class SqlOutboxStore implements OutboxStore {
   private readonly ctx: StoreContext;
   private readonly commits: CommitWatch;
   private readonly appends: AppendOp;
@@ -53,10 +55,10 @@ export class TypeOrmOutboxStore implements OutboxStore {
   private initialized?: Promise<void>;
 
   constructor(
-    readonly dataSource: DataSource,
+    readonly executor: SqlExecutor,
     private readonly options: TypeOrmOutboxStoreOptions = {},
   ) {
-    this.ctx = new StoreContext(dataSource, options);
+    this.ctx = new StoreContext(executor, options);
     this.commits = new CommitWatch(this.ctx);
     this.appends = new AppendOp(this.ctx, this.commits);
     this.claims = new ClaimOp(this.ctx);
@@ -66,7 +68,7 @@ export class TypeOrmOutboxStore implements OutboxStore {
     this.maintenance = new MaintenanceOps(this.ctx);
   }
 
-  /** Which SQL dialect the DataSource selected. */
+  /** Which SQL dialect the DataSource (or executor) selected. */
   get dialectName(): 'postgres' | 'mysql' | 'sqlite' {
     return this.ctx.dialect.name;
   }
@@ -79,7 +81,7 @@ export class TypeOrmOutboxStore implements OutboxStore {
   init(): Promise<void> {
     this.initialized ??= (
       this.options.ensureSchema
-        ? ensureOutboxSchema(this.dataSource, this.options)
+        ? ensureOutboxSchema(this.executor, this.options)
         : this.checkSchema()
     ).then(async () => {
       // The wake-up channel follows the schema the tables are in (PostgreSQL).
@@ -89,13 +91,22 @@ export class TypeOrmOutboxStore implements OutboxStore {
   }
 
   private async checkSchema(): Promise<void> {
-    const status = await outboxSchemaStatus(this.dataSource, this.options);
+    const status = await outboxSchemaStatus(this.executor, this.options);
     if (status.upToDate) return;
     const prefix = this.ctx.dialect.tables.prefix;
     const found =
       status.current === null
         ? `the outbox tables (${prefix}events, ${prefix}deliveries, …) do not exist`
         : `the outbox tables are at schema version ${status.current}, this release needs ${status.expected}`;
+    if (!(this.executor instanceof TypeOrmExecutor)) {
+      throw new OutboxOptionsError(
+        'store.ensureSchema',
+        `${found}. Run \`npx nestjs-outbox schema migrate --outbox --url <database url>\`` +
+          `${prefix === 'outbox_' ? '' : ` --prefix ${prefix}`}, or add the DDL that ` +
+          `\`npx nestjs-outbox schema sql --outbox --dialect ${this.ctx.dialect.name}\` prints to your migrations, ` +
+          'or set ensureSchema: true to let the app create them.',
+      );
+    }
     throw new OutboxOptionsError(
       'store.ensureSchema',
       `${found}. Run \`npx nestjs-outbox schema migrate --outbox --url <database url>\`` +
@@ -111,7 +122,7 @@ export class TypeOrmOutboxStore implements OutboxStore {
 
   /** Creates the outbox tables if missing (safe when several replicas call it at once). */
   ensureSchema(): Promise<void> {
-    return ensureOutboxSchema(this.dataSource, this.options);
+    return ensureOutboxSchema(this.executor, this.options);
   }
 
   now(): Promise<Date> {
@@ -214,6 +225,16 @@ export class TypeOrmOutboxStore implements OutboxStore {
 
   cleanup(options: CleanupOptions): Promise<CleanupResult> {
     return this.maintenance.cleanup(options);
+  }
+}
+
+/** The SQL store over a TypeORM `DataSource` (today's `type: 'typeorm'`). */
+export class TypeOrmOutboxStore extends SqlOutboxStore {
+  constructor(
+    readonly dataSource: DataSource,
+    options: TypeOrmOutboxStoreOptions = {},
+  ) {
+    super(new TypeOrmExecutor(dataSource), options);
   }
 }
 

@@ -1,5 +1,6 @@
 import type { DataSource } from 'typeorm';
-import { OutboxOptionsError } from '../../../errors/outbox-options.error';
+import { isSqlExecutor, SqlExecutor } from '../../../executors/sql-executor';
+import { dialectName, TypeOrmExecutor } from '../../../executors/typeorm-executor';
 import { OutboxTableNames, OutboxTableOptions, tableNames } from '../schema/tables';
 import { mysqlDdl, mysqlTextCollation } from './mysql/ddl';
 import { MysqlDialect } from './mysql/dialect';
@@ -9,24 +10,7 @@ import { DialectName, SqlDialect } from './sql-dialect';
 import { sqliteDdl } from './sqlite/ddl';
 import { SqliteDialect } from './sqlite/dialect';
 
-/** Maps a TypeORM driver type to the dialect that handles it. */
-export function dialectName(type: unknown): DialectName {
-  switch (type) {
-    case 'postgres':
-      return 'postgres';
-    case 'mysql':
-    case 'mariadb':
-      return 'mysql';
-    case 'better-sqlite3':
-    case 'sqlite':
-      return 'sqlite';
-    default:
-      throw new OutboxOptionsError(
-        'store.dataSource',
-        `the TypeORM driver "${String(type)}" is not supported by the outbox; use postgres, mysql, mariadb or better-sqlite3`,
-      );
-  }
-}
+export { dialectName };
 
 export function outboxTableNames(name: DialectName, options: OutboxTableOptions): OutboxTableNames {
   return name === 'mysql'
@@ -51,13 +35,15 @@ export function schemaStatements(
       : sqliteDdl(tables);
 }
 
+/** The dialect of the database behind a TypeORM DataSource or an executor. */
 export function createDialect(
-  dataSource: DataSource,
+  source: DataSource | SqlExecutor,
   options: OutboxTableOptions & { preparedStatements?: boolean },
 ): SqlDialect {
-  const name = dialectName(dataSource.options.type);
+  const executor = isSqlExecutor(source) ? source : new TypeOrmExecutor(source);
+  const name = executor.dialect;
   const ctx = {
-    dataSource,
+    executor,
     tables: outboxTableNames(name, options),
     preparedStatements: options.preparedStatements ?? true,
   };

@@ -1,4 +1,4 @@
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { SqlConnection, SqlExecutor, SqlStatement } from '../../../executors/sql-executor';
 import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
 import { OutboxTableNames } from '../schema/tables';
 
@@ -208,15 +208,17 @@ export interface SqlDialect {
 
   run<T>(plan: () => Plan<T>, options?: RunOptions): Promise<T>;
   /**
-   * Runs on the caller's query runner, inside whatever transaction it has open. No savepoint:
-   * plans run this way are written so that a failing statement writes nothing that needs undoing.
+   * Runs on the caller's transaction (as its executor recognised it), inside whatever it has
+   * open. No savepoint: plans run this way are written so that a failing statement writes
+   * nothing that needs undoing.
    */
-  runOn<T>(runner: QueryRunner, plan: () => Plan<T>): Promise<T>;
+  runOn<T>(connection: SqlConnection, plan: () => Plan<T>): Promise<T>;
   isUniqueViolation(error: unknown): boolean;
 }
 
 export interface DialectContext {
-  dataSource: DataSource;
+  /** Carries the statements (lib/executors): TypeORM, node-postgres, … */
+  executor: SqlExecutor;
   tables: OutboxTableNames;
   /** Keep hot statements prepared per connection where the dialect can. @default true */
   preparedStatements: boolean;
@@ -291,10 +293,6 @@ export function driverError(error: unknown): { code?: unknown; errno?: unknown; 
   return ((e && typeof e === 'object' && e.driverError) || error || {}) as any;
 }
 
-/**
- * Shared by the server dialects: statements go through TypeORM query runners, whose drivers
- * take the compiled text and parameters.
- */
 /** A dialect's DDL: create the tables, drop them, bring version-1 tables forward. */
 export interface SchemaDdl {
   create: string[];
@@ -302,6 +300,11 @@ export interface SchemaDdl {
   upgrade: string[];
 }
 
+/**
+ * Shared by the dialects: statements are compiled to the dialect's placeholder style and carried
+ * by the store's executor (lib/executors): on a pooled connection, in a transaction it opens, or
+ * on the caller's transaction. (The name is older than the executors.)
+ */
 export abstract class QueryRunnerDialect {
   constructor(protected readonly ctx: DialectContext) {}
 
@@ -321,26 +324,23 @@ export abstract class QueryRunnerDialect {
     return this.ddl().upgrade;
   }
 
-  protected async exec(runner: QueryRunner, stmt: SqlText): Promise<StatementResult> {
-    const { text, params } = this.compile(stmt);
-    const result = await runner.query(text, params, true);
-    return { rows: (result.records ?? []) as Row[], affected: result.affected ?? 0 };
+  /** The statement an executor runs for `stmt`. */
+  protected statement(stmt: SqlText): SqlStatement {
+    return this.compile(stmt);
+  }
+
+  protected exec(connection: SqlConnection, stmt: SqlText): Promise<StatementResult> {
+    return connection.query(this.statement(stmt));
   }
 
   async run<T>(plan: () => Plan<T>, options: RunOptions = {}): Promise<T> {
+    const { executor } = this.ctx;
+    const drive = (c: SqlConnection) => driveAsync(plan(), (s) => this.exec(c, s));
     for (let attempt = 0; ; attempt++) {
-      const runner = this.ctx.dataSource.createQueryRunner('master');
       try {
-        if (!options.transaction) return await driveAsync(plan(), (s) => this.exec(runner, s));
-        await runner.startTransaction(options.isolation);
-        try {
-          const result = await driveAsync(plan(), (s) => this.exec(runner, s));
-          await runner.commitTransaction();
-          return result;
-        } catch (error) {
-          if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
-          throw error;
-        }
+        return options.transaction
+          ? await executor.transaction(drive, { isolation: options.isolation })
+          : await executor.connection(drive);
       } catch (error) {
         if (attempt < (options.deadlockRetries ?? 0) && this.isDeadlock(error)) {
           // A short random pause lets the other transaction finish before we try again.
@@ -350,13 +350,11 @@ export abstract class QueryRunnerDialect {
           continue;
         }
         throw error;
-      } finally {
-        await runner.release();
       }
     }
   }
 
-  runOn<T>(runner: QueryRunner, plan: () => Plan<T>): Promise<T> {
-    return driveAsync(plan(), (s) => this.exec(runner, s));
+  runOn<T>(connection: SqlConnection, plan: () => Plan<T>): Promise<T> {
+    return driveAsync(plan(), (s) => this.exec(connection, s));
   }
 }

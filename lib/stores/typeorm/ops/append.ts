@@ -7,6 +7,8 @@ import { payloadTextOf } from '../../payload-text';
 import { sameEventContent } from '../../store-helpers';
 import { AppendRow, InsertedEvent, Plan } from '../dialects/sql-dialect';
 import { raw, sql } from '../sql';
+import { OutboxValidationError } from '../../../errors/outbox-validation.error';
+import type { CallerTransaction } from '../../../executors/sql-executor';
 import { CommitWatch } from './commit-watch';
 import { ID_BATCH, StoreContext } from './context';
 
@@ -29,15 +31,13 @@ export class AppendOp {
     // This process wrote a placeholder: the next claim must look for it at once.
     const placeholders = events.some((e) => e.handlers.length === 0);
     if (placeholders) this.ctx.expandQuietUntil = 0;
-    const runner =
-      options.manager === undefined || options.manager === null
-        ? null
-        : this.commits.transactionOf(options.manager);
+    const caller = await this.callerOf(options);
     if (events.length === 0) return [];
     const d = this.ctx.dialect;
     const batch = events.length === 1 ? events : dedupeBatch(events);
     const plan = () => this.appendPlan(batch);
-    const attempt = () => (runner ? d.runOn(runner, plan) : d.run(plan, { transaction: true }));
+    const attempt = () =>
+      caller ? d.runOn(caller.connection, plan) : d.run(plan, { transaction: true });
     let stored: OutboxEvent[];
     try {
       stored = orderLike(events, await attempt());
@@ -47,8 +47,29 @@ export class AppendOp {
       if (!d.isUniqueViolation(error)) throw error;
       stored = orderLike(events, await attempt());
     }
-    this.commits.appendedBy(runner, placeholders);
+    if (caller) await this.commits.inTransaction(caller.connection);
+    this.commits.appendedBy(caller, placeholders);
     return stored;
+  }
+
+  /**
+   * The caller's transaction, given in the option of the store's client (`manager` for TypeORM,
+   * `tx` for the others), or null. The other option is refused: it names another client's
+   * transaction, which this store cannot write in.
+   */
+  private callerOf(options: StoreAppendOptions): Promise<CallerTransaction | null> {
+    const { executor } = this.ctx;
+    const other = executor.txOption === 'manager' ? 'tx' : 'manager';
+    if (options[other] !== undefined && options[other] !== null) {
+      throw new OutboxValidationError(
+        `options.${other}`,
+        `this outbox store writes through ${executor.client}, which takes your transaction as ` +
+          `options.${executor.txOption} (${executor.txOption === 'manager' ? "TypeORM's EntityManager or QueryRunner" : `${executor.client}'s own transaction object`}); ` +
+          `options.${other} is for ${other === 'manager' ? "the 'typeorm' store" : "the 'sql' store"}.`,
+      );
+    }
+    const tx = options[executor.txOption];
+    return tx === undefined || tx === null ? Promise.resolve(null) : this.commits.transactionOf(tx);
   }
 
   /**

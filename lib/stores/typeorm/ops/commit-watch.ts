@@ -1,5 +1,4 @@
-import type { QueryRunner } from 'typeorm';
-import { OutboxValidationError } from '../../../errors/outbox-validation.error';
+import type { CallerTransaction, SqlConnection } from '../../../executors/sql-executor';
 import { AppendListeners } from '../../store-helpers';
 import { CoalescedSignal } from '../../wakeups';
 import { PostgresWakeups } from '../dialects/postgres/wakeups';
@@ -9,13 +8,16 @@ import { StoreContext } from './context';
  * Who hears of committed appends: listeners in this process (the dispatcher's wake-up), other
  * processes (PostgreSQL NOTIFY / LISTEN, README "Wake-ups") and the claim's placeholder probe.
  * Appends in the store's own transaction are committed when `append` returns; those in a caller's
- * transaction are reported when TypeORM says that transaction committed.
+ * transaction are reported when the executor says that transaction committed (TypeORM's
+ * subscribers). An executor that cannot (node-postgres) gets a NOTIFY inside the caller's
+ * transaction instead, which PostgreSQL delivers at commit and drops on rollback (`inTransaction`).
  */
 export class CommitWatch {
   private readonly appendListeners = new AppendListeners();
   /** Caller transactions holding appends, and whether those include placeholders. */
-  private readonly awaitingCommit = new WeakMap<QueryRunner, boolean>();
-  private commitHook: object | null = null;
+  private readonly awaitingCommit = new WeakMap<object, boolean>();
+  /** Stops the executor's commit reports; set while they are watched. */
+  private commitHook: (() => void) | null = null;
   /** PostgreSQL only: NOTIFY / LISTEN between processes. */
   private readonly wakeups: PostgresWakeups | null;
   /** Set by `publishWakeups`: signals other processes after appends commit. */
@@ -23,61 +25,45 @@ export class CommitWatch {
   private readonly wakeupListeners = new Set<() => Promise<void>>();
 
   constructor(private readonly ctx: StoreContext) {
-    const { dialect, dataSource, options } = ctx;
+    const { dialect, executor, options } = ctx;
     this.wakeups =
       dialect.name === 'postgres'
-        ? new PostgresWakeups(dataSource, dialect.tables.prefix, dialect.tables.schema, (error) =>
+        ? new PostgresWakeups(executor, dialect.tables.prefix, dialect.tables.schema, (error) =>
             options.onWakeupError?.(error),
           )
         : null;
   }
 
-  /** The open transaction a caller's EntityManager or QueryRunner belongs to, or a clear refusal. */
-  transactionOf(manager: unknown): QueryRunner {
-    const m = manager as Partial<QueryRunner> & { queryRunner?: QueryRunner };
-    const runner: QueryRunner | undefined =
-      typeof m?.startTransaction === 'function' && typeof m.query === 'function'
-        ? (m as QueryRunner)
-        : m?.queryRunner;
-    const isManager =
-      typeof m === 'object' &&
-      m !== null &&
-      typeof (m as { transaction?: unknown }).transaction === 'function' &&
-      typeof m.query === 'function';
-    if (!runner && !isManager) {
-      throw new OutboxValidationError(
-        'options.manager',
-        `is not a TypeORM EntityManager (or QueryRunner), got ${describeValue(manager)}. ` +
-          'Pass the EntityManager that dataSource.transaction(async (manager) => { ... }) gives its callback, ' +
-          'or queryRunner.manager (or the QueryRunner) after await queryRunner.startTransaction(); ' +
-          'or omit manager to let the outbox commit the event in its own transaction.',
-      );
-    }
-    if (!runner || !runner.isTransactionActive || runner.isReleased) {
-      throw new OutboxValidationError(
-        'options.manager',
-        'is not inside an open transaction, so the event could be committed without your business write. ' +
-          'Pass the EntityManager that dataSource.transaction(async (manager) => { ... }) gives its callback, ' +
-          'or queryRunner.manager (or the QueryRunner) after await queryRunner.startTransaction(); ' +
-          'or omit manager to let the outbox commit the event in its own transaction.',
-      );
-    }
-    const owner =
-      (runner as { dataSource?: unknown; connection?: unknown }).dataSource ?? runner.connection;
-    if (owner !== this.ctx.dataSource) {
-      throw new OutboxValidationError(
-        'options.manager',
-        'belongs to a different DataSource than the outbox store; use a transaction of the DataSource given in store.dataSource',
-      );
-    }
-    return runner;
+  /**
+   * The caller's open transaction `tx` belongs to, as the executor recognises it (a TypeORM
+   * EntityManager or QueryRunner, a pg PoolClient after BEGIN, …), or a clear refusal.
+   */
+  transactionOf(tx: unknown): Promise<CallerTransaction> {
+    return this.ctx.executor.transactionOf(tx);
+  }
+
+  /** Whether the executor reports commits of callers' transactions (TypeORM does). */
+  get hearsCommits(): boolean {
+    return typeof this.ctx.executor.watchCommits === 'function';
+  }
+
+  /**
+   * An executor that cannot report commits (node-postgres): appends in a caller's transaction
+   * NOTIFY inside it, when this store publishes wake-ups and anyone listens (this process's
+   * dispatcher included). PostgreSQL delivers the NOTIFY when that transaction commits, nothing
+   * when it rolls back. Elsewhere the dispatcher's poll finds the events.
+   */
+  async inTransaction(connection: SqlConnection): Promise<void> {
+    if (this.hearsCommits || !this.wakeups || !this.wakeupSignal) return;
+    await this.wakeups.notifyIn(connection);
   }
 
   /**
    * An append returned: in the store's own transaction (`runner` null) it is committed now; in a
    * caller's, the commit hook reports it when that transaction commits.
    */
-  appendedBy(runner: QueryRunner | null, placeholders: boolean): void {
+  appendedBy(caller: CallerTransaction | null, placeholders: boolean): void {
+    const runner = caller?.key;
     if (runner && this.commitHook) {
       this.awaitingCommit.set(runner, placeholders || this.awaitingCommit.get(runner) === true);
     } else if (!runner) {
@@ -163,37 +149,22 @@ export class CommitWatch {
   }
 
   private installCommitHook(): void {
-    if (!this.commitHook) {
-      this.commitHook = {
-        afterTransactionCommit: (event: { queryRunner?: QueryRunner }) => {
-          const runner = event.queryRunner;
-          // A released savepoint also reports a commit; only the outermost one counts.
-          if (!runner || runner.isTransactionActive || !this.awaitingCommit.has(runner)) return;
-          const placeholders = this.awaitingCommit.get(runner) === true;
-          this.awaitingCommit.delete(runner);
-          this.appended(placeholders);
-        },
-        afterTransactionRollback: (event: { queryRunner?: QueryRunner }) => {
-          if (event.queryRunner && !event.queryRunner.isTransactionActive) {
-            this.awaitingCommit.delete(event.queryRunner);
-          }
-        },
-      };
-      this.ctx.dataSource.subscribers.push(this.commitHook as never);
-    }
+    if (this.commitHook || !this.ctx.executor.watchCommits) return;
+    this.commitHook = this.ctx.executor.watchCommits({
+      committed: (key) => {
+        if (!this.awaitingCommit.has(key)) return;
+        const placeholders = this.awaitingCommit.get(key) === true;
+        this.awaitingCommit.delete(key);
+        this.appended(placeholders);
+      },
+      rolledBack: (key) => {
+        this.awaitingCommit.delete(key);
+      },
+    });
   }
 
   private removeCommitHook(): void {
-    const index = this.commitHook
-      ? this.ctx.dataSource.subscribers.indexOf(this.commitHook as never)
-      : -1;
-    if (index >= 0) this.ctx.dataSource.subscribers.splice(index, 1);
+    this.commitHook?.();
     this.commitHook = null;
   }
-}
-
-function describeValue(value: unknown): string {
-  if (typeof value !== 'object' || value === null) return JSON.stringify(value) ?? typeof value;
-  const name = (value as object).constructor?.name;
-  return name && name !== 'Object' ? `an instance of ${name}` : 'a plain object';
 }

@@ -1,4 +1,4 @@
-import type { DataSource } from 'typeorm';
+import type { SqlExecutor } from '../../../executors/sql-executor';
 import { OutboxEvent } from '../../../interfaces/outbox-event.interface';
 import { DeliveryError } from '../../../interfaces/outbox-store.interface';
 import { createDialect } from '../dialects';
@@ -25,7 +25,7 @@ export interface TypeOrmOutboxStoreOptions extends OutboxTableOptions {
 export const ID_BATCH = 1000;
 
 /**
- * What every operation of the TypeORM store shares: the DataSource, its dialect, the options,
+ * What every operation of the SQL store shares: the executor, its dialect, the options,
  * and the few row helpers all of them read events with. One per store.
  */
 export class StoreContext {
@@ -38,10 +38,10 @@ export class StoreContext {
   expandQuietUntil = 0;
 
   constructor(
-    readonly dataSource: DataSource,
+    readonly executor: SqlExecutor,
     readonly options: TypeOrmOutboxStoreOptions,
   ) {
-    this.dialect = createDialect(dataSource, options);
+    this.dialect = createDialect(executor, options);
     this.errorMaxLength = options.errorMaxLength ?? 4096;
   }
 

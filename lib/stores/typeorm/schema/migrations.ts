@@ -1,11 +1,12 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { TypeOrmConnection } from '../../../executors/typeorm-executor';
 import { createDialect, dialectName, schemaStatements } from '../dialects';
 import { applySchema } from './schema';
 import { OutboxTableOptions } from './tables';
 
 async function migrateUp(queryRunner: QueryRunner, options: OutboxTableOptions): Promise<void> {
   const dialect = createDialect(queryRunner.connection, options);
-  await dialect.runOn(queryRunner, () => applySchema(dialect));
+  await dialect.runOn(new TypeOrmConnection(queryRunner), () => applySchema(dialect));
 }
 
 async function migrateDown(queryRunner: QueryRunner, options: OutboxTableOptions): Promise<void> {

@@ -1,4 +1,5 @@
 import type { DataSource } from 'typeorm';
+import type { SqlExecutor } from '../../../executors/sql-executor';
 import { createDialect } from '../dialects';
 import { Plan, SqlDialect } from '../dialects/sql-dialect';
 import { raw, sql } from '../sql';
@@ -47,7 +48,7 @@ export function* applySchema(dialect: SqlDialect): Plan<void> {
  * usually run the migration instead.
  */
 export async function ensureOutboxSchema(
-  dataSource: DataSource,
+  dataSource: DataSource | SqlExecutor,
   options: OutboxTableOptions = {},
 ): Promise<void> {
   const dialect = createDialect(dataSource, options);
@@ -101,7 +102,7 @@ export interface OutboxSchemaStatus {
 
 /** Reads the schema version the outbox tables are at. */
 export async function outboxSchemaStatus(
-  dataSource: DataSource,
+  dataSource: DataSource | SqlExecutor,
   options: OutboxTableOptions = {},
 ): Promise<OutboxSchemaStatus> {
   const current = await readVersion(createDialect(dataSource, options));

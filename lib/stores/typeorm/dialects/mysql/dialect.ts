@@ -1,4 +1,5 @@
-import type { QueryRunner } from 'typeorm';
+import type { SqlConnection } from '../../../../executors/sql-executor';
+import { TypeOrmConnection, TypeOrmExecutor } from '../../../../executors/typeorm-executor';
 import { mysqlDdl, mysqlTextCollation } from './ddl';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
 import { join, list, raw, sql, SqlText } from '../../sql';
@@ -97,7 +98,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   constructor(ctx: DialectContext) {
     super(ctx);
     this.tables = ctx.tables;
-    this.mariadb = ctx.dataSource.options.type === 'mariadb';
+    this.mariadb = (ctx.executor as Partial<TypeOrmExecutor>).mariadb === true;
   }
 
   /**
@@ -133,16 +134,23 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
    * could reach the connection in either order). They are logged like TypeORM's own. When the
    * second statement ran, its result is returned even if the first failed: it may have leased rows.
    */
-  protected override exec(runner: QueryRunner, stmt: SqlText): Promise<StatementResult> {
-    if (!(stmt instanceof BackToBack)) return super.exec(runner, stmt);
-    return this.execBackToBack(runner, stmt);
+  protected override exec(connection: SqlConnection, stmt: SqlText): Promise<StatementResult> {
+    if (!(stmt instanceof BackToBack)) return super.exec(connection, stmt);
+    if (!(connection instanceof TypeOrmConnection)) {
+      // Only TypeORM reaches MySQL/MariaDB in this release (mysql2's executor: issue 26).
+      throw new Error('nestjs-outbox: MySQL/MariaDB statements run through TypeORM only');
+    }
+    return this.execBackToBack(connection.runner, stmt);
   }
 
-  private async execBackToBack(runner: QueryRunner, stmt: BackToBack): Promise<StatementResult> {
+  private async execBackToBack(
+    runner: TypeOrmConnection['runner'],
+    stmt: BackToBack,
+  ): Promise<StatementResult> {
     const connection = (await runner.connect()) as Mysql2Connection;
     const send = (part: SqlText) => {
       const { text, params } = this.compile(part);
-      this.ctx.dataSource.logger.logQuery(text, params, runner);
+      (this.ctx.executor as TypeOrmExecutor).dataSource.logger.logQuery(text, params, runner);
       return new Promise<unknown>((resolve, reject) => {
         connection.query(text, params, (error, result) =>
           error ? reject(queryFailed(text, params, error)) : resolve(result),

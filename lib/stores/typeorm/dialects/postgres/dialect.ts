@@ -1,6 +1,6 @@
 import { postgresDdl } from './ddl';
 import { createHash } from 'node:crypto';
-import type { QueryRunner } from 'typeorm';
+import type { SqlStatement } from '../../../../executors/sql-executor';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
 import { prepared, raw, sql, SqlText } from '../../sql';
 import { OutboxTableNames } from '../../schema/tables';
@@ -18,17 +18,8 @@ import {
   Row,
   RunOptions,
   SqlDialect,
-  StatementResult,
   SchemaDdl,
 } from '../sql-dialect';
-
-/** The part of a `pg` client the prepared path uses. */
-interface PgClient {
-  query(config: { name: string; text: string; values: unknown[] }): Promise<{
-    rows?: Row[];
-    rowCount?: number | null;
-  }>;
-}
 
 export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   readonly name = 'postgres';
@@ -58,26 +49,18 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
 
   /**
    * Hot statements (claim, ack, append) run as named prepared statements on the pooled `pg`
-   * client: parsed and planned once per connection instead of on every call. The rest go
-   * through TypeORM as usual.
+   * client: parsed and planned once per connection instead of on every call. The executor
+   * carries the name (TypeORM: on the `pg` client under the query runner).
    */
-  protected override async exec(runner: QueryRunner, stmt: SqlText): Promise<StatementResult> {
-    if (!stmt.prepare || !this.ctx.preparedStatements) return super.exec(runner, stmt);
-    const { text, params } = this.compile(stmt);
-    let name = this.preparedNames.get(text);
+  protected override statement(stmt: SqlText): SqlStatement {
+    const compiled = this.compile(stmt);
+    if (!stmt.prepare || !this.ctx.preparedStatements) return compiled;
+    let name = this.preparedNames.get(compiled.text);
     if (!name) {
-      name = `nestjs_outbox_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
-      this.preparedNames.set(text, name);
+      name = `nestjs_outbox_${createHash('sha1').update(compiled.text).digest('hex').slice(0, 20)}`;
+      this.preparedNames.set(compiled.text, name);
     }
-    const client = (await runner.connect()) as PgClient;
-    try {
-      const result = await client.query({ name, text, values: params });
-      return { rows: result.rows ?? [], affected: result.rowCount ?? 0 };
-    } catch (error) {
-      // The same error TypeORM would throw, so callers see one kind whichever path ran.
-      const { QueryFailedError } = require('typeorm') as typeof import('typeorm');
-      throw new QueryFailedError(text, params, error as Error);
-    }
+    return { ...compiled, name };
   }
 
   /** Statement texts with `$n` placeholders, by their `?` form (the hot ones repeat). */

@@ -1,5 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { DataSource } from 'typeorm';
+import { isSqlExecutor, SqlConnection, SqlExecutor } from '../../../../executors/sql-executor';
+import { TypeOrmExecutor } from '../../../../executors/typeorm-executor';
 import { reconnectDelay } from '../../../wakeups';
 
 /** The part of a `pg` Client the wake-up listener uses. */
@@ -14,8 +16,6 @@ interface PgListenClient {
   on(event: 'error' | 'end', listener: (error?: unknown) => void): unknown;
   removeAllListeners(event?: string): unknown;
 }
-
-type PgClientClass = new (config: Record<string, unknown>) => PgListenClient;
 
 /** `application_name` of the listening connection, so it can be found in `pg_stat_activity`. */
 export const WAKEUP_APPLICATION_NAME = 'nestjs-outbox wake-ups';
@@ -58,8 +58,9 @@ export function wakeupListenerLock(channel: string): [number, number] {
 /**
  * PostgreSQL wake-ups: `pg_notify` on a pooled connection after a commit (never inside the
  * producer's transaction, so commits are not serialised behind the NOTIFY queue lock), and
- * `LISTEN` on one dedicated `pg` Client per subscriber, built from the DataSource's connection
- * options — a pooled connection could be handed to a claim, or recycled by the pool.
+ * `LISTEN` on one dedicated `pg` Client per subscriber, built from the executor's connection
+ * options (the DataSource's, the pg Pool's) — a pooled connection could be handed to a claim, or
+ * recycled by the pool.
  */
 export class PostgresWakeups {
   /**
@@ -83,14 +84,22 @@ export class PostgresWakeups {
    * `current_schema()`, read once before the first signal, so a process configured with
    * `schema: 'public'` and one with none share a channel when they share the tables.
    */
+  private readonly executor: SqlExecutor;
+
   constructor(
-    private readonly dataSource: DataSource,
+    source: SqlExecutor | DataSource,
     private readonly prefix: string,
     schema: string | null,
     private readonly onError: (error: unknown) => void,
     private readonly clock: () => number = () => performance.now(),
   ) {
+    this.executor = isSqlExecutor(source) ? source : new TypeOrmExecutor(source);
     if (schema !== null) this.named = PostgresWakeups.names(prefix, schema);
+  }
+
+  /** Rows of one statement on a pooled connection of the executor. */
+  private async rows<T>(text: string, params: unknown[] = []): Promise<T[]> {
+    return (await this.executor.query({ text, params })).rows as T[];
   }
 
   /** The channel, once resolved (at construction with a configured schema), else `null`. */
@@ -116,17 +125,10 @@ export class PostgresWakeups {
   }
 
   private async currentSchema(): Promise<string> {
-    const runner = this.dataSource.createQueryRunner('master');
-    try {
-      const rows: Array<{ schema: string | null }> = await runner.query(
-        'SELECT current_schema() AS schema',
-      );
-      const schema = rows[0]?.schema;
-      if (!schema) throw new Error('current_schema() is null: the search_path names no schema');
-      return schema;
-    } finally {
-      await runner.release();
-    }
+    const rows = await this.rows<{ schema: string | null }>('SELECT current_schema() AS schema');
+    const schema = rows[0]?.schema;
+    if (!schema) throw new Error('current_schema() is null: the search_path names no schema');
+    return schema;
   }
 
   private static names(prefix: string, schema: string) {
@@ -151,17 +153,28 @@ export class PostgresWakeups {
     }
     const { channel } = await this.resolve();
     this.counts.sent++;
-    // A query runner of its own: `DataSource.query` may be routed into the caller's open
+    // A pooled connection of its own: `DataSource.query` may be routed into the caller's open
     // transaction (typeorm-transactional does so), where the setting would reach their commit.
-    const runner = this.dataSource.createQueryRunner('master');
-    try {
-      await runner.query(
-        "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)",
-        [channel, this.origin],
-      );
-    } finally {
-      await runner.release();
+    await this.rows("SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)", [
+      channel,
+      this.origin,
+    ]);
+  }
+
+  /**
+   * One NOTIFY inside a caller's open transaction (executors that cannot report its commit):
+   * PostgreSQL delivers it when that transaction commits, to every listener — this store's own
+   * too (the payload is not its origin), since its dispatcher heard nothing in-process — and
+   * drops it on rollback. Skipped while no connection listens, this process's included.
+   */
+  async notifyIn(connection: SqlConnection): Promise<void> {
+    if (this.ownListeners.size === 0 && !(await this.othersListening())) {
+      this.counts.skipped++;
+      return;
     }
+    const { channel } = await this.resolve();
+    this.counts.sent++;
+    await connection.query({ text: 'SELECT pg_notify($1, $2)', params: [channel, 'commit'] });
   }
 
   /**
@@ -183,10 +196,9 @@ export class PostgresWakeups {
     // Dated when the look starts: a lock taken while it waits for a connection may be missed.
     const at = this.clock();
     let listening = true;
-    const runner = this.dataSource.createQueryRunner('master');
     try {
       const { lock } = await this.resolve();
-      const rows: Array<{ listening: boolean }> = await runner.query(
+      const rows = await this.rows<{ listening: boolean }>(
         `SELECT EXISTS (
   SELECT 1 FROM pg_locks
   WHERE locktype = 'advisory' AND objsubid = 2 AND classid = $1::oid AND objid = $2::oid
@@ -198,8 +210,6 @@ export class PostgresWakeups {
       listening = rows[0]?.listening !== false;
     } catch (error) {
       this.onError(error);
-    } finally {
-      await runner.release();
     }
     this.others = { listening, at };
     return listening;
@@ -225,7 +235,7 @@ export class PostgresWakeups {
     const connect = async (): Promise<void> => {
       timer = null;
       if (closed) return;
-      const client = new (this.clientClass())(this.clientConfig());
+      const client = this.listenClient();
       let dropped = false;
       let pid: number | null = null;
       const drop = (error?: unknown) => {
@@ -299,30 +309,19 @@ export class PostgresWakeups {
     };
   }
 
-  /** The `pg` module TypeORM loaded for this DataSource. */
-  private clientClass(): PgClientClass {
-    const driver = this.dataSource.driver as unknown as { postgres?: { Client?: PgClientClass } };
-    const Client = driver.postgres?.Client;
-    if (!Client) throw new Error('the DataSource has no pg driver loaded');
-    return Client;
-  }
-
-  private clientConfig(): Record<string, unknown> {
-    const options = this.dataSource.options as unknown as Record<string, unknown> & {
-      replication?: { master?: Record<string, unknown> };
-    };
-    const c = options.replication?.master ?? options;
-    return {
-      connectionString: c.url,
-      host: c.host,
-      port: c.port,
-      user: c.username,
-      password: c.password,
-      database: c.database,
-      ssl: c.ssl ?? options.ssl,
-      connectionTimeoutMillis: options.connectTimeoutMS,
+  /** A new `pg` Client for the listener, from the executor's connection options. */
+  private listenClient(): PgListenClient {
+    const connection = this.executor.listenerConnection?.() ?? null;
+    if (!connection) {
+      throw new Error(
+        `the ${this.executor.client} executor gives no connection options to listen with`,
+      );
+    }
+    const { Client, config } = connection;
+    return new Client({
+      ...config,
       application_name: WAKEUP_APPLICATION_NAME,
       keepAlive: true,
-    };
+    }) as PgListenClient;
   }
 }

@@ -1,4 +1,5 @@
 import { sqliteDdl } from './ddl';
+import { typeOrmDataSourceOf } from '../../../../executors/typeorm-executor';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
 import { OutboxOptionsError } from '../../../../errors/outbox-options.error';
 import { EMPTY, join, list, raw, sql, SqlText } from '../../sql';
@@ -65,9 +66,10 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
   }
 
   private db(): BetterSqliteDatabase {
-    const db = (
-      this.ctx.dataSource.driver as unknown as { databaseConnection?: BetterSqliteDatabase }
-    ).databaseConnection;
+    // Only TypeORM reaches SQLite in this release: the synchronous path uses its connection.
+    const dataSource = typeOrmDataSourceOf(this.ctx.executor);
+    const db = (dataSource?.driver as unknown as { databaseConnection?: BetterSqliteDatabase })
+      ?.databaseConnection;
     if (!db) {
       throw new OutboxOptionsError(
         'store.dataSource',

@@ -1,0 +1,108 @@
+/**
+ * The one place where the SQL stores meet a database client. The dialects (PostgreSQL,
+ * MySQL/MariaDB, SQLite) write every statement once, as fixed text with positional parameters
+ * (`$1` on PostgreSQL, `?` elsewhere); an executor only carries them: on a pooled connection, in
+ * a transaction of its own, or in the caller's transaction. One executor per client library
+ * (TypeORM, node-postgres, …); each loads its client lazily, so an app pays only for the one it
+ * uses.
+ */
+
+export type SqlExecutorDialect = 'postgres' | 'mysql' | 'sqlite';
+
+/** One statement: its text in the dialect's placeholder style, and its parameters. */
+export interface SqlStatement {
+  text: string;
+  params: readonly unknown[];
+  /**
+   * PostgreSQL: keep this statement prepared under this name on each connection (parsed and
+   * planned once per connection). Executors that cannot ignore it.
+   */
+  name?: string;
+}
+
+export interface SqlRows {
+  rows: Array<Record<string, any>>;
+  /** Rows written by an INSERT/UPDATE/DELETE; rows returned by a SELECT. */
+  affected: number;
+}
+
+/** A connection the executor handed out: pooled, in its own transaction, or the caller's. */
+export interface SqlConnection {
+  query(statement: SqlStatement): Promise<SqlRows>;
+}
+
+/** A caller's transaction the executor recognised. */
+export interface CallerTransaction {
+  /** Runs statements inside that transaction. */
+  connection: SqlConnection;
+  /** Identifies the transaction in commit reports (`watchCommits`). */
+  key: object;
+}
+
+/** What `watchCommits` reports, by the `key` of a caller's transaction. */
+export interface CommitHooks {
+  /** The outermost transaction committed (a released savepoint is not a commit). */
+  committed(key: object): void;
+  rolledBack(key: object): void;
+}
+
+/** How to open the PostgreSQL connection that LISTENs for wake-ups (never a pooled one). */
+export interface ListenerConnection {
+  /** The `pg` `Client` class. */
+  Client: new (config: Record<string, unknown>) => unknown;
+  /** Its connection options (host, user, …), as `pg` takes them. */
+  config: Record<string, unknown>;
+}
+
+export interface SqlExecutor {
+  /** Marks executors, so options can tell one from a client passed by mistake. */
+  readonly sqlExecutor: true;
+  /** The client library, in messages: `TypeORM`, `node-postgres`. */
+  readonly client: string;
+  /** The append option that carries this client's transaction (`options.manager` for TypeORM). */
+  readonly txOption: 'manager' | 'tx';
+  /** The SQL dialect of the database behind the client. */
+  readonly dialect: SqlExecutorDialect;
+  /** Runs one statement on a pooled connection; it commits on its own. */
+  query(statement: SqlStatement): Promise<SqlRows>;
+  /** Runs `fn` on one pooled connection, outside any transaction (each statement commits). */
+  connection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T>;
+  /**
+   * Runs `fn` in a transaction on one pooled connection: commits when it resolves, rolls back
+   * when it throws (and rethrows).
+   */
+  transaction<T>(
+    fn: (connection: SqlConnection) => Promise<T>,
+    options?: { isolation?: 'READ COMMITTED' },
+  ): Promise<T>;
+  /**
+   * The caller's open transaction `tx` belongs to (this client's own transaction object), or an
+   * `OutboxValidationError` naming `options.<txOption>` that says what to pass instead: `tx` is
+   * another client's object, another database's, or not inside an open transaction.
+   */
+  transactionOf(tx: unknown): Promise<CallerTransaction>;
+  /**
+   * Reports commits and rollbacks of callers' transactions, where the client can (TypeORM's
+   * subscribers); returns the function that stops it. Absent: the store cannot hear a caller's
+   * commit (see the store for what replaces it).
+   */
+  watchCommits?(hooks: CommitHooks): () => void;
+  /** PostgreSQL: how to open the wake-up listener's own connection; `null` when unknown. */
+  listenerConnection?(): ListenerConnection | null;
+}
+
+export function isSqlExecutor(value: unknown): value is SqlExecutor {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    (value as { sqlExecutor?: unknown }).sqlExecutor === true &&
+    typeof (value as { query?: unknown }).query === 'function'
+  );
+}
+
+/** `an instance of X`, `a plain object`, or the JSON of a primitive, for error messages. */
+export function describeValue(value: unknown): string {
+  if (typeof value !== 'object' || value === null) return JSON.stringify(value) ?? typeof value;
+  const name = (value as object).constructor?.name;
+  return name && name !== 'Object' ? `an instance of ${name}` : 'a plain object';
+}
