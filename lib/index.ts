@@ -24,6 +24,8 @@ export * from './interfaces/outbox-module-options.interface';
 export * from './interfaces/outbox-store.interface';
 export type { TypeOrmStoreOptions } from './stores/typeorm/typeorm-store.options';
 export type { RedisStoreOptions } from './stores/redis/redis-store.options';
+export type { SqlStoreOptions } from './stores/sql/sql-store.options';
+export * from './executors';
 export * from './admin';
 // Stores: what users configure, migrate and import. Store classes and schema versions are
 // internal (the module builds stores from `store` options), so they can change freely.

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { OutboxOptionsError } from './errors/outbox-options.error';
+import { describeValue, isSqlExecutor } from './executors/sql-executor';
 import { fraction, OptionKeys, plainObject, positiveInt, refuseUnknownKeys } from './option-fields';
 import { resolveInboxOptions } from './inbox/inbox-options';
 import { resolveObservabilityOptions } from './observability/observability-options';
@@ -16,6 +17,7 @@ import {
 } from './interfaces/outbox-module-options.interface';
 import type { TypeOrmStoreOptions } from './stores/typeorm/typeorm-store.options';
 import type { RedisStoreOptions } from './stores/redis/redis-store.options';
+import type { SqlStoreOptions } from './stores/sql/sql-store.options';
 
 export const DEFAULT_LIMITS: OutboxLimits = {
   typeMaxLength: 255,
@@ -63,6 +65,14 @@ const STORE_KEYS: Record<string, Record<string, true>> = {
     ensureSchema: true,
     preparedStatements: true,
   } satisfies OptionKeys<TypeOrmStoreOptions>,
+  sql: {
+    type: true,
+    executor: true,
+    tablePrefix: true,
+    schema: true,
+    ensureSchema: true,
+    preparedStatements: true,
+  } satisfies OptionKeys<SqlStoreOptions>,
   redis: {
     type: true,
     client: true,
@@ -169,7 +179,8 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
   if (SQL_DATABASES.includes(storeType.toLowerCase())) {
     throw new OutboxOptionsError(
       'store.type',
-      `'${storeType}' is reached through TypeORM: use { type: 'typeorm', dataSource } with your TypeORM DataSource (or dataSourceToken)`,
+      `'${storeType}' is reached through TypeORM: use { type: 'typeorm', dataSource } with your TypeORM DataSource (or dataSourceToken), ` +
+        "or through node-postgres: { type: 'sql', executor: pgExecutor(pool) }",
     );
   }
   if (root.store === undefined || !Object.hasOwn(STORE_KEYS, storeType)) {
@@ -181,6 +192,13 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
     );
   }
   refuseUnknownKeys('store', store, STORE_KEYS[storeType]);
+  if (store.type === 'sql' && !isSqlExecutor(store.executor)) {
+    throw new OutboxOptionsError(
+      'store.executor',
+      `expected an executor such as pgExecutor(pool) (import { pgExecutor } from 'nestjs-outbox'), got ${describeValue(store.executor)}; ` +
+        "for a TypeORM DataSource use { type: 'typeorm', dataSource }",
+    );
+  }
   if (store.type === 'custom' && (typeof store.store !== 'object' || store.store === null)) {
     throw new OutboxOptionsError('store.store', 'a custom store needs an OutboxStore instance');
   }

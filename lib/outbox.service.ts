@@ -22,10 +22,16 @@ export interface AppendOptions {
    */
   manager?: unknown;
   /**
+   * The transaction object of your client for the 'sql' store (`{ type: 'sql', executor }`): with
+   * `pgExecutor(pool)`, the `PoolClient` on which you ran `BEGIN`. The events commit or roll back
+   * with it; a client outside a transaction is refused. TypeORM stores take `manager` instead.
+   */
+  tx?: unknown;
+  /**
    * The events do not belong to any transaction open around the call: the store writes them on
    * their own, at once, and they are delivered even if that transaction rolls back. Needed to
    * append inside an ambient transaction the store cannot join (README "Publishing in your
-   * transaction"); not allowed together with `manager`. @default false
+   * transaction"); not allowed together with `manager` or `tx`. @default false
    */
   standalone?: boolean;
 }
@@ -98,8 +104,13 @@ export class OutboxService {
       events[i] = valid;
     }
     const ambient = this.ambientFor(options);
+    // The 'sql' store takes its client's transaction as `tx`; an ambient one goes there too.
+    const sqlStore = this.options.store.type === 'sql';
     const stored = await this.store
-      .append(events, { manager: options.manager ?? ambient?.manager })
+      .append(events, {
+        manager: options.manager ?? (sqlStore ? undefined : ambient?.manager),
+        tx: options.tx ?? (sqlStore ? ambient?.manager : undefined),
+      })
       .catch((error: unknown) => {
         throw ambient ? refuseAmbient(ambient, error) : error;
       });
@@ -139,7 +150,22 @@ function ambientFor(
         'or { standalone: true } alone to write the events on their own',
     );
   }
-  if (standalone || options.manager !== undefined) return null;
+  if (options.tx !== undefined) {
+    if (standalone || options.manager !== undefined) {
+      throw new OutboxValidationError(
+        'options.tx',
+        `cannot be combined with options.${standalone ? 'standalone' : 'manager'}: pass { tx } alone to write in that transaction`,
+      );
+    }
+    if (!joinsTransactions(store)) {
+      throw new OutboxValidationError(
+        'options.tx',
+        `the ${store.type} store cannot write in your transaction, so the event would be published even if it rolled back; ` +
+          "use the 'sql' store (store: { type: 'sql', executor: pgExecutor(pool) }) with { tx }, or the 'typeorm' store with { manager }",
+      );
+    }
+  }
+  if (standalone || options.manager !== undefined || options.tx !== undefined) return null;
   const found = ambient.current();
   if (!found || joinsTransactions(store)) return found;
   throw new OutboxValidationError(
@@ -153,7 +179,7 @@ function ambientFor(
 
 /** Only a SQL store (or a custom store that says so) commits events with the caller's transaction. */
 function joinsTransactions(store: ResolvedOutboxOptions['store']): boolean {
-  if (store.type === 'typeorm') return true;
+  if (store.type === 'typeorm' || store.type === 'sql') return true;
   return store.type === 'custom' && store.store.joinsTransactions === true;
 }
 
@@ -177,9 +203,22 @@ function withTraceContext(
  * refused: committing the event on its own would publish it even if that transaction rolled back.
  */
 function refuseAmbient(ambient: AmbientTransaction, error: unknown): unknown {
-  if (!(error instanceof OutboxValidationError) || error.field !== 'options.manager') return error;
+  if (
+    !(error instanceof OutboxValidationError) ||
+    (error.field !== 'options.manager' && error.field !== 'options.tx')
+  ) {
+    return error;
+  }
+  if (error.field === 'options.tx') {
+    return new OutboxValidationError(
+      error.field,
+      `append() without tx runs inside a ${ambient.source} transaction that the outbox cannot join ` +
+        `(${error.reason}). The event was not written on its own, since it would be published even if that ` +
+        'transaction rolled back: pass { tx } of the outbox store’s own client explicitly, or { standalone: true }.',
+    );
+  }
   return new OutboxValidationError(
-    'options.manager',
+    error.field,
     `append() without a manager runs inside a ${ambient.source} transaction that the outbox cannot join ` +
       `(${error.reason}). The event was not written on its own, since it would be published even if that ` +
       'transaction rolled back: give the outbox the same DataSource, or pass { manager } explicitly.',

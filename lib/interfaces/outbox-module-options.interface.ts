@@ -1,6 +1,7 @@
 import type { OutboxStore } from './outbox-store.interface';
 import type { TypeOrmStoreOptions } from '../stores/typeorm/typeorm-store.options';
 import type { RedisStoreOptions } from '../stores/redis/redis-store.options';
+import type { SqlStoreOptions } from '../stores/sql/sql-store.options';
 import type { OutboxInboxOptions, ResolvedInboxOptions } from '../inbox/inbox-options.interface';
 import type {
   OutboxMetricsOptions,
@@ -23,7 +24,11 @@ export interface CustomStoreOptions {
 }
 
 export type OutboxStoreOptions =
-  MemoryStoreOptions | CustomStoreOptions | TypeOrmStoreOptions | RedisStoreOptions;
+  | MemoryStoreOptions
+  | CustomStoreOptions
+  | TypeOrmStoreOptions
+  | SqlStoreOptions
+  | RedisStoreOptions;
 
 export interface BackoffOptions {
   /** Delay after the first failed attempt. @default 1000 */

@@ -38,6 +38,12 @@ export async function createOutboxStore(ctx: StoreFactoryContext): Promise<Outbo
           require('./typeorm/typeorm-store.factory') as typeof import('./typeorm/typeorm-store.factory');
         return createTypeOrmOutboxStore(store, ctx);
       });
+    case 'sql':
+      return new DeferredOutboxStore(() => {
+        const { createSqlOutboxStore } =
+          require('./sql/sql-store.factory') as typeof import('./sql/sql-store.factory');
+        return createSqlOutboxStore(store, ctx);
+      });
     case 'redis':
       return new DeferredOutboxStore(() => {
         const { createRedisOutboxStore } =

@@ -1,7 +1,7 @@
 // Everything of the TypeORM store that tests, the CLI and the bench reach for but users do not:
 // not re-exported by the package barrel, so it can change freely between releases.
 export * from './index';
-export { TypeOrmOutboxStore } from './typeorm-outbox.store';
+export { SqlOutboxStore, TypeOrmOutboxStore } from './typeorm-outbox.store';
 export type { TypeOrmOutboxStoreOptions } from './typeorm-outbox.store';
 export { outboxSchemaStatus, OUTBOX_SCHEMA_VERSION } from './schema/schema';
 export type { OutboxSchemaStatus } from './schema/schema';

@@ -1,0 +1,12 @@
+// Public API of the executors: the interface a client's executor implements, and the executors.
+export { pgExecutor } from './pg-executor';
+export type {
+  CallerTransaction,
+  CommitHooks,
+  ListenerConnection,
+  SqlConnection,
+  SqlExecutor,
+  SqlExecutorDialect,
+  SqlRows,
+  SqlStatement,
+} from './sql-executor';
