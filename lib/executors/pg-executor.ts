@@ -47,6 +47,32 @@ function config(statement: SqlStatement): { text: string; values: unknown[]; nam
     : { name: statement.name, text: statement.text, values };
 }
 
+/**
+ * `'T'` in a transaction, `'E'` in a failed one, `'I'` outside. pg's `getTransactionStatus()`
+ * (8.16+) costs no round trip, but it is the status of the last ReadyForQuery: only trusted while
+ * the client is idle (`readyForQuery`; pg reports a failed statement before that message arrives,
+ * so just after an error it may still say `'T'`). Otherwise one statement on the client, queued
+ * behind whatever it runs: `transaction_timestamp()` is the time of `BEGIN`,
+ * `statement_timestamp()` of this statement, and outside a transaction both are the start of this
+ * very statement; in a failed transaction it fails with 25P02.
+ */
+async function transactionStatus(client: PgClientLike): Promise<'I' | 'T' | 'E'> {
+  const reported = client.getTransactionStatus?.();
+  if ((client as { readyForQuery?: unknown }).readyForQuery === true) {
+    if (reported === 'I' || reported === 'T' || reported === 'E') return reported;
+  }
+  try {
+    const { rows } = await client.query({
+      text: 'SELECT transaction_timestamp() <> statement_timestamp() AS open',
+      values: [],
+    });
+    return rows?.[0]?.open === true ? 'T' : 'I';
+  } catch (error) {
+    if ((error as { code?: unknown }).code === '25P02') return 'E';
+    throw error;
+  }
+}
+
 class PgConnection implements SqlConnection {
   constructor(readonly client: PgClientLike) {}
 
@@ -106,12 +132,7 @@ class PgExecutor implements SqlExecutor {
     }
   }
 
-  /**
-   * A `PoolClient` of this pool inside an open transaction. Whether it is in one: pg's
-   * `getTransactionStatus()` where it has it (8.16+, no round trip), else one statement on it —
-   * `transaction_timestamp()` is the time of `BEGIN`, `statement_timestamp()` of this statement;
-   * outside a transaction both are the start of this very statement.
-   */
+  /** A `PoolClient` of this pool inside an open transaction (see `transactionStatus`). */
   async transactionOf(tx: unknown): Promise<CallerTransaction> {
     const t = tx as Record<string, unknown> | null;
     const isTypeOrm =
@@ -150,24 +171,14 @@ class PgExecutor implements SqlExecutor {
       );
     }
     const client = t as unknown as PgClientLike;
-    const status =
-      typeof client.getTransactionStatus === 'function' ? client.getTransactionStatus() : null;
+    const status = await transactionStatus(client);
     if (status === 'E') {
       throw new OutboxValidationError(
         'options.tx',
         'is inside a failed transaction (a statement of it failed); it can only roll back. Nothing was written.',
       );
     }
-    const open =
-      status === 'T' ||
-      (status !== 'I' &&
-        (
-          await client.query({
-            text: 'SELECT transaction_timestamp() <> statement_timestamp() AS open',
-            values: [],
-          })
-        ).rows?.[0]?.open === true);
-    if (!open) {
+    if (status !== 'T') {
       throw new OutboxValidationError(
         'options.tx',
         `is not inside an open transaction (no BEGIN), so the event could be committed without your business write. ${HOW_TO_TX}`,

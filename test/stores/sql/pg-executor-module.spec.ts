@@ -194,6 +194,39 @@ describeWithService('postgres', 'sql store through pgExecutor, in an app', () =>
     expect(await eventCount('old-pg')).toBe(0);
   });
 
+  it('does not trust a status pg has not confirmed yet (a statement still in flight)', async () => {
+    const client = await pool.connect();
+    const c = client as unknown as { getTransactionStatus?: () => string };
+    try {
+      // A status that says 'T' while no transaction is open (as right after a failed COMMIT,
+      // before its ReadyForQuery is read), with a statement in flight: the executor asks the
+      // server, behind that statement, and refuses.
+      c.getTransactionStatus = () => 'T';
+      const inFlight = client.query('SELECT pg_sleep(0.05)');
+      const error = await outbox
+        .append({ type: 'order.placed', key: 'stale', payload: { id: 'stale' } }, { tx: client })
+        .catch((e: unknown) => e);
+      await inFlight;
+      expect((error as OutboxValidationError).field).toBe('options.tx');
+      expect((error as Error).message).toMatch(/not inside an open transaction/);
+      // In a failed transaction the statement asked fails with 25P02: refused as failed.
+      delete c.getTransactionStatus;
+      await client.query('BEGIN');
+      await client.query('SELECT 1/0').catch(() => undefined);
+      const alsoFailing = client.query('SELECT 1').catch(() => undefined);
+      const failed = await outbox
+        .append({ type: 'order.placed', key: 'stale', payload: { id: 'stale' } }, { tx: client })
+        .catch((e: unknown) => e);
+      await alsoFailing;
+      expect((failed as Error).message).toMatch(/options\.tx.*failed transaction/s);
+      await client.query('ROLLBACK');
+    } finally {
+      delete c.getTransactionStatus;
+      client.release();
+    }
+    expect(await eventCount('stale')).toBe(0);
+  });
+
   it('refuses a transaction that already failed', async () => {
     const error = await inTransaction(async (client) => {
       await client.query('SELECT 1/0').catch(() => undefined);
