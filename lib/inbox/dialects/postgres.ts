@@ -32,10 +32,24 @@ export const postgresInboxDialect: InboxDialect = {
   dropSchema: (t) => [`DROP TABLE IF EXISTS ${t.table}`],
 
   // A concurrent uncommitted claim of the same key makes this wait on the row lock and then
-  // either skip (it committed) or insert (it rolled back).
-  claim: (t, consumer, messageId, fingerprint) => ({
-    sql: `INSERT INTO ${t.table} (consumer, message_id, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
-    params: [consumer, messageId, fingerprint],
+  // either skip (it committed) or insert (it rolled back). The wait is bounded in the same
+  // statement, one round trip: `cfg` sets a transaction-local lock_timeout before the insert
+  // reads its row from it; the outer SELECT puts the previous value back once `count(*)` has read
+  // every row of `ins`, i.e. after the insert ran, so the consumer's work runs with the session's
+  // own setting. A failed claim rolls back, which ends the local setting too.
+  claim: (t, consumer, messageId, fingerprint, lockTimeoutMs) => ({
+    claim: {
+      sql: `WITH cfg AS MATERIALIZED (
+        SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4::text, true) AS bounded),
+      ins AS (
+        INSERT INTO ${t.table} (consumer, message_id, fingerprint)
+        SELECT $1::varchar, $2::varchar, $3::varchar FROM cfg
+        ON CONFLICT DO NOTHING RETURNING 1)
+      SELECT n.claimed, set_config('lock_timeout', cfg.previous, true) AS restored
+      FROM cfg, (SELECT count(*)::int AS claimed FROM ins) AS n`,
+      params: [consumer, messageId, fingerprint, `${Math.max(1, Math.ceil(lockTimeoutMs))}ms`],
+    },
+    result: 'claimed',
   }),
 
   readFingerprint: (t, consumer, messageId) => ({
@@ -48,16 +62,6 @@ export const postgresInboxDialect: InboxDialect = {
   // 42701 duplicate_column
   isDuplicateColumn: (error) => driverErrorField(error, 'code') === '42701',
 
-  // set_config(…, true) is SET LOCAL: both settings also end with the transaction.
-  setLockTimeout: (ms) => ({
-    sql: `SELECT set_config('nestjs_outbox.lock_timeout', current_setting('lock_timeout'), true) AS previous,
-      set_config('lock_timeout', $1, true) AS current`,
-    params: [`${Math.max(1, Math.ceil(ms))}ms`],
-  }),
-  restoreLockTimeout: () => ({
-    sql: `SELECT set_config('lock_timeout', current_setting('nestjs_outbox.lock_timeout'), true) AS restored`,
-    params: [],
-  }),
   isLockTimeout: (error) => driverErrorField(error, 'code') === '55P03',
 
   deleteExpired: (t, retentionMs, batchSize) => ({
