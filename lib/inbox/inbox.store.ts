@@ -167,7 +167,7 @@ export class InboxStore {
       const runner = this.dataSource.createQueryRunner('master');
       // A duplicate of a message still being processed waits on its row lock while holding a
       // pooled connection; without a bound, N redeliveries of one long message pin N connections.
-      const { bound, claim, result, restore } = dialect.claim(
+      const { bound, claim, restore } = dialect.claim(
         this.names,
         consumer,
         messageId,
@@ -182,12 +182,7 @@ export class InboxStore {
           await runner.query(bound.sql, bound.params);
           bounded = true;
         }
-        if (result === 'claimed') {
-          const rows = (await runner.query(claim.sql, claim.params)) as { claimed: unknown }[];
-          claimed = Number(rows[0]?.claimed) > 0;
-        } else {
-          claimed = (await exec(runner, claim)) > 0;
-        }
+        claimed = (await exec(runner, claim)) > 0;
         bounded = false;
         if (restore) await runner.query(restore.sql, restore.params);
       } catch (error) {

@@ -22,12 +22,8 @@ export interface InboxStatement {
 export interface InboxClaim {
   /** Sent before `claim`: bounds the wait, remembering the setting it replaces. */
   bound?: InboxStatement;
+  /** Affects one row when it took the key, none when the message was already processed. */
   claim: InboxStatement;
-  /**
-   * How `claim` says it took the key: it affects one row, or it returns one row whose `claimed`
-   * column is above 0.
-   */
-  result: 'affected' | 'claimed';
   /** Sent after `claim`, also after a failed one: puts back what `bound` replaced. */
   restore?: InboxStatement;
 }

@@ -65,7 +65,6 @@ export const mysqlInboxDialect: InboxDialect = {
       params: [lockWaitSeconds(lockTimeoutMs)],
     },
     claim: insertIgnore(t, consumer, messageId, fingerprint),
-    result: 'affected',
     restore: {
       sql: 'SET SESSION innodb_lock_wait_timeout = @nestjs_outbox_lock_wait',
       params: [],
@@ -121,7 +120,6 @@ export const mariadbInboxDialect: InboxDialect = {
         sql: `SET STATEMENT innodb_lock_wait_timeout = ${seconds} FOR ${insert.sql}`,
         params: insert.params,
       },
-      result: 'affected',
     };
   },
 };

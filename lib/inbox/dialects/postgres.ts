@@ -33,23 +33,20 @@ export const postgresInboxDialect: InboxDialect = {
 
   // A concurrent uncommitted claim of the same key makes this wait on the row lock and then
   // either skip (it committed) or insert (it rolled back). The wait is bounded in the same
-  // statement, one round trip: `cfg` sets a transaction-local lock_timeout before the insert
-  // reads its row from it; the outer SELECT puts the previous value back once `count(*)` has read
-  // every row of `ins`, i.e. after the insert ran, so the consumer's work runs with the session's
-  // own setting. A failed claim rolls back, which ends the local setting too.
+  // statement, one round trip: the one-time filter saves the session's lock_timeout and sets a
+  // transaction-local bound before the row reaches the insert (the inner set_config is an
+  // argument of the outer one, so it runs first); RETURNING, evaluated once the row is inserted,
+  // puts the saved value back for the consumer's work. A claim that inserts nothing (duplicate)
+  // or fails is rolled back, which ends the local settings too.
   claim: (t, consumer, messageId, fingerprint, lockTimeoutMs) => ({
     claim: {
-      sql: `WITH cfg AS MATERIALIZED (
-        SELECT current_setting('lock_timeout') AS previous, set_config('lock_timeout', $4::text, true) AS bounded),
-      ins AS (
-        INSERT INTO ${t.table} (consumer, message_id, fingerprint)
-        SELECT $1::varchar, $2::varchar, $3::varchar FROM cfg
-        ON CONFLICT DO NOTHING RETURNING 1)
-      SELECT n.claimed, set_config('lock_timeout', cfg.previous, true) AS restored
-      FROM cfg, (SELECT count(*)::int AS claimed FROM ins) AS n`,
+      sql: `INSERT INTO ${t.table} (consumer, message_id, fingerprint)
+      SELECT $1, $2, $3
+      WHERE set_config('lock_timeout', $4 || left(set_config('nestjs_outbox.lock_timeout', current_setting('lock_timeout'), true), 0), true) IS NOT NULL
+      ON CONFLICT DO NOTHING
+      RETURNING set_config('lock_timeout', current_setting('nestjs_outbox.lock_timeout'), true) AS restored`,
       params: [consumer, messageId, fingerprint, `${Math.max(1, Math.ceil(lockTimeoutMs))}ms`],
     },
-    result: 'claimed',
   }),
 
   readFingerprint: (t, consumer, messageId) => ({

@@ -34,7 +34,6 @@ export const sqliteInboxDialect: InboxDialect = {
       sql: `INSERT OR IGNORE INTO ${t.table} (consumer, message_id, processed_at, fingerprint) VALUES (?, ?, ${NOW_MS}, ?)`,
       params: [consumer, messageId, fingerprint],
     },
-    result: 'affected',
   }),
 
   readFingerprint: (t, consumer, messageId) => ({
