@@ -99,7 +99,7 @@ export class OutboxService {
     }
     const ambient = this.ambientFor(options);
     const stored = await this.store
-      .append(events, { manager: options.manager ?? ambient?.manager })
+      .append(events, { manager: options.manager ?? ambient?.manager ?? undefined })
       .catch((error: unknown) => {
         throw ambient ? refuseAmbient(ambient, error) : error;
       });
@@ -132,14 +132,16 @@ function ambientFor(
   if (standalone !== undefined && typeof standalone !== 'boolean') {
     throw new OutboxValidationError('options.standalone', 'must be true, false or left out');
   }
-  if (standalone && options.manager !== undefined) {
+  // `manager: null` (e.g. `{ manager: this.tx ?? null }`) is no manager: the ambient rule applies.
+  const manager = options.manager ?? undefined;
+  if (standalone && manager !== undefined) {
     throw new OutboxValidationError(
       'options.standalone',
       'cannot be combined with options.manager: pass { manager } to write in that transaction, ' +
         'or { standalone: true } alone to write the events on their own',
     );
   }
-  if (standalone || options.manager !== undefined) return null;
+  if (standalone || manager !== undefined) return null;
   const found = ambient.current();
   if (!found || joinsTransactions(store)) return found;
   throw new OutboxValidationError(

@@ -42,6 +42,8 @@ export type { TypeOrmOutboxStoreOptions } from './ops/context';
  * the tables and migrations in `schema/`.
  */
 export class TypeOrmOutboxStore implements OutboxStore {
+  /** `append()` writes with the caller's `EntityManager` / `QueryRunner` (README Guarantees 1). */
+  readonly joinsTransactions = true;
   private readonly ctx: StoreContext;
   private readonly commits: CommitWatch;
   private readonly appends: AppendOp;
