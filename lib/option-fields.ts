@@ -2,12 +2,19 @@ import { OutboxOptionsError } from './errors/outbox-options.error';
 
 /** Option readers shared by every options resolver: they name the option path in their errors. */
 
-export function positiveInt(field: string, value: unknown, fallback: number, min = 1): number {
+export function positiveInt(
+  field: string,
+  value: unknown,
+  fallback: number,
+  min = 1,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min) {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `from ${min} to ${max}`;
     throw new OutboxOptionsError(
       field,
-      `expected an integer ≥ ${min}, got ${JSON.stringify(value)}`,
+      `expected an integer ${range}, got ${JSON.stringify(value)}`,
     );
   }
   return value;

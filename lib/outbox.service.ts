@@ -108,8 +108,9 @@ export class OutboxService {
     const sqlStore = this.options.store.type === 'sql';
     const stored = await this.store
       .append(events, {
-        manager: options.manager ?? (sqlStore ? undefined : ambient?.manager),
-        tx: options.tx ?? (sqlStore ? ambient?.manager : undefined),
+        // (`null` is no transaction: `{ manager: this.tx ?? null }` follows the ambient rule.)
+        manager: options.manager ?? (sqlStore ? undefined : ambient?.manager) ?? undefined,
+        tx: options.tx ?? (sqlStore ? ambient?.manager : undefined) ?? undefined,
       })
       .catch((error: unknown) => {
         throw ambient ? refuseAmbient(ambient, error) : error;
@@ -143,15 +144,18 @@ function ambientFor(
   if (standalone !== undefined && typeof standalone !== 'boolean') {
     throw new OutboxValidationError('options.standalone', 'must be true, false or left out');
   }
-  if (standalone && options.manager !== undefined) {
+  // `manager: null` (e.g. `{ manager: this.tx ?? null }`) is no manager: the ambient rule applies.
+  const manager = options.manager ?? undefined;
+  if (standalone && manager !== undefined) {
     throw new OutboxValidationError(
       'options.standalone',
       'cannot be combined with options.manager: pass { manager } to write in that transaction, ' +
         'or { standalone: true } alone to write the events on their own',
     );
   }
-  if (options.tx !== undefined) {
-    if (standalone || options.manager !== undefined) {
+  const tx = options.tx ?? undefined;
+  if (tx !== undefined) {
+    if (standalone || manager !== undefined) {
       throw new OutboxValidationError(
         'options.tx',
         `cannot be combined with options.${standalone ? 'standalone' : 'manager'}: pass { tx } alone to write in that transaction`,
@@ -165,7 +169,7 @@ function ambientFor(
       );
     }
   }
-  if (standalone || options.manager !== undefined || options.tx !== undefined) return null;
+  if (standalone || manager !== undefined || tx !== undefined) return null;
   const found = ambient.current();
   if (!found || joinsTransactions(store)) return found;
   throw new OutboxValidationError(

@@ -144,6 +144,22 @@ describe('OutboxModule bootstrap', () => {
     ).not.toThrow();
   });
 
+  it('refuses an inbox lockTimeoutMs the databases cannot take (over 2^31 - 1 ms)', () => {
+    const store = { type: 'memory' } as const;
+    expect(() =>
+      resolveOutboxOptions({
+        store,
+        inbox: { dataSourceToken: 'ds', lockTimeoutMs: 2_147_483_648 },
+      } as never),
+    ).toThrow(/inbox\.lockTimeoutMs.*from 1 to 2147483647/);
+    expect(() =>
+      resolveOutboxOptions({
+        store,
+        inbox: { dataSourceToken: 'ds', lockTimeoutMs: 2_147_483_647 },
+      } as never),
+    ).not.toThrow();
+  });
+
   it.each(['postgres', 'postgresql', 'mysql', 'mariadb', 'sqlite', 'better-sqlite3'])(
     "store type '%s' points to type 'typeorm' with a dataSource",
     (type) => {

@@ -3,7 +3,7 @@
  * (round 1: a b c …, round 2: b c … a, …), then prints medians and paired ratios (each ratio is
  * taken within one round, where both runs saw the same machine load, then the median of those).
  *
- *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [append-tx] [s2] [s3] [dispatch] [wake] [wakecost] [scale] [o11y]
+ *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [append-tx] [inbox] [s2] [s3] [dispatch] [wake] [wakecost] [scale] [o11y]
  *   BENCH_ROUNDS=3 (default); BENCH_S2_VARIANTS=ours-sqlite,pgboss (etc.) picks variants
  */
 import { spawnSync } from 'node:child_process';
@@ -175,6 +175,28 @@ const SCENARIOS: Scenario[] = [
       { key: 'txPerSec', label: 'tx/s', higherIsBetter: true },
       { key: 'cpuUsPerTx', label: 'Node CPU µs/tx', higherIsBetter: false },
       { key: 'pgCpuUsPerTx', label: 'PG CPU µs/tx', higherIsBetter: false },
+    ],
+  },
+  {
+    id: 'inbox',
+    file: 'inbox.ts',
+    title: `inbox — one business transaction per message (BEGIN; inbox claim; INSERT business row; COMMIT), raw claim vs InboxStore.run, PostgreSQL, 1 client × ${envInt('BENCH_INBOX_N_1', 2_000)} and 8 clients × ${envInt('BENCH_INBOX_N_8', 1_000)} messages (messages/s)`,
+    variants: ['raw-1', 'ours-1', 'raw-8', 'ours-8'],
+    pairs: [
+      ['ours-1', 'raw-1', 0.95],
+      ['ours-8', 'raw-8', 0.95],
+      // Opt-in (BENCH_INBOX_VARIANTS): MariaDB, and the previous build as `ours-1@<dir>`.
+      ['ours-maria-1', 'raw-maria-1', 0.95],
+      ['ours-maria-8', 'raw-maria-8', 0.95],
+      ['ours-1@.lib-before/lib', 'raw-1', 0.95],
+      ['ours-8@.lib-before/lib', 'raw-8', 0.95],
+      ['ours-maria-1@.lib-before/lib', 'raw-maria-1', 0.95],
+      ['ours-maria-8@.lib-before/lib', 'raw-maria-8', 0.95],
+    ],
+    metrics: [
+      { key: 'msgPerSec', label: 'messages/s', higherIsBetter: true },
+      { key: 'statementsPerMsg', label: 'statements/message', higherIsBetter: false },
+      { key: 'cpuUsPerMsg', label: 'Node CPU µs/message', higherIsBetter: false },
     ],
   },
   {

@@ -33,6 +33,14 @@ export class OutboxAdminContentTypeGuard implements CanActivate {
           'with or without a body',
       );
     }
+    // A compressed body is inflated by the parser after its Content-Length was checked against
+    // `maxBodyBytes`: the limit would count the compressed bytes. The dashboard never compresses.
+    const encoding = request.headers['content-encoding'];
+    if (encoding !== undefined && String(encoding).trim().toLowerCase() !== 'identity') {
+      throw new UnsupportedMediaTypeException(
+        `the admin API takes uncompressed bodies: send no Content-Encoding (got "${String(encoding)}")`,
+      );
+    }
     return true;
   }
 }

@@ -142,6 +142,19 @@ export class TypeOrmExecutor implements SqlExecutor {
       m !== null &&
       typeof (m as { transaction?: unknown }).transaction === 'function' &&
       typeof m.query === 'function';
+    const isDataSource =
+      typeof m === 'object' &&
+      m !== null &&
+      typeof (m as { createQueryRunner?: unknown }).createQueryRunner === 'function' &&
+      'isInitialized' in m;
+    if (isDataSource) {
+      throw new OutboxValidationError(
+        'options.manager',
+        'is a DataSource, not the EntityManager of an open transaction: pass the manager that ' +
+          'dataSource.transaction(async (manager) => { ... }) gives its callback, or omit manager ' +
+          'to let the outbox commit the event in its own transaction.',
+      );
+    }
     if (!runner && !isManager) {
       throw new OutboxValidationError(
         'options.manager',

@@ -9,6 +9,8 @@ import {
 } from './inbox-options.interface';
 
 export const DEFAULT_LOCK_TIMEOUT_MS = 5_000;
+/** PostgreSQL's `lock_timeout` and MySQL's wait take at most a signed 32-bit count of ms. */
+export const MAX_LOCK_TIMEOUT_MS = 2_147_483_647;
 export const DEFAULT_INBOX_RETENTION_MS = 7 * 86_400_000;
 
 const ISOLATION_LEVELS: InboxIsolationLevel[] = [
@@ -100,7 +102,13 @@ export function resolveInboxOptions(
     cleanupIntervalMs: positiveInt('inbox.cleanupIntervalMs', o.cleanupIntervalMs, 60_000, 0),
     cleanupBatchSize: positiveInt('inbox.cleanupBatchSize', o.cleanupBatchSize, 1_000, 1),
     isolationLevel: o.isolationLevel as InboxIsolationLevel | undefined,
-    lockTimeoutMs: positiveInt('inbox.lockTimeoutMs', o.lockTimeoutMs, DEFAULT_LOCK_TIMEOUT_MS, 1),
+    lockTimeoutMs: positiveInt(
+      'inbox.lockTimeoutMs',
+      o.lockTimeoutMs,
+      DEFAULT_LOCK_TIMEOUT_MS,
+      1,
+      MAX_LOCK_TIMEOUT_MS,
+    ),
     tablePrefix,
     schema: schema as string | undefined,
     ensureSchema:

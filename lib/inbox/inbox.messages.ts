@@ -27,7 +27,7 @@ export const InboxMessages = {
   badIsolationLevel: (where: string, value: unknown) =>
     `@Inbox() on ${where}: isolationLevel ${JSON.stringify(value)} is not READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ or SERIALIZABLE`,
   badLockTimeout: (where: string, value: unknown) =>
-    `@Inbox() on ${where}: lockTimeoutMs ${JSON.stringify(value)} is not a positive whole number of milliseconds`,
+    `@Inbox() on ${where}: lockTimeoutMs ${JSON.stringify(value)} is not a whole number of milliseconds from 1 to 2147483647`,
   refused: (consumer: string, reason: string, rejected: boolean) =>
     `@Inbox() on ${consumer} refused a message: ${reason}; ` +
     (rejected

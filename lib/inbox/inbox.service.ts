@@ -24,7 +24,7 @@ import {
 } from './inbox.constants';
 import { InboxMessages } from './inbox.messages';
 import { normalizeKey, MissingMessageId } from './inbox-message-id';
-import { DEFAULT_INBOX_RETENTION_MS, isIsolationLevel } from './inbox-options';
+import { DEFAULT_INBOX_RETENTION_MS, isIsolationLevel, MAX_LOCK_TIMEOUT_MS } from './inbox-options';
 import {
   InboxIsolationLevel,
   InboxOptions,
@@ -312,7 +312,11 @@ export class InboxService
     const lockTimeoutMs = options.lockTimeoutMs as unknown;
     if (
       lockTimeoutMs !== undefined &&
-      !(Number.isSafeInteger(lockTimeoutMs) && (lockTimeoutMs as number) >= 1)
+      !(
+        Number.isSafeInteger(lockTimeoutMs) &&
+        (lockTimeoutMs as number) >= 1 &&
+        (lockTimeoutMs as number) <= MAX_LOCK_TIMEOUT_MS
+      )
     ) {
       throw new OutboxOptionsError(
         '@Inbox lockTimeoutMs',

@@ -57,6 +57,9 @@ export class InboxStore {
   readonly names: InboxTable;
   private queue: Promise<unknown> = Promise.resolve();
   private cleaning = false;
+  /** The dialect claims use, once known (`serverDialect`). */
+  private claimDialect: InboxDialect | null = null;
+  private learning: Promise<InboxDialect> | null = null;
 
   constructor(
     readonly dataSource: DataSource,
@@ -159,36 +162,39 @@ export class InboxStore {
     options: InboxRunOptions,
   ): Promise<InboxRunResult<T>> {
     const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
+    const dialect = this.claimDialect ?? (await this.serverDialect());
     for (let attempt = 1; ; attempt++) {
       const runner = this.dataSource.createQueryRunner('master');
+      // A duplicate of a message still being processed waits on its row lock while holding a
+      // pooled connection; without a bound, N redeliveries of one long message pin N connections.
+      const { bound, claim, restore } = dialect.claim(
+        this.names,
+        consumer,
+        messageId,
+        options.fingerprint ?? null,
+        lockTimeoutMs,
+      );
       let claimed: boolean;
       let bounded = false;
       try {
         await runner.startTransaction(options.isolationLevel);
-        // A duplicate of a message still being processed waits on its row lock while holding a
-        // pooled connection; without a bound, N redeliveries of one long message pin N connections.
-        const bound = this.dialect.setLockTimeout(lockTimeoutMs);
         if (bound) {
           await runner.query(bound.sql, bound.params);
           bounded = true;
         }
-        const claim = this.dialect.claim(
-          this.names,
-          consumer,
-          messageId,
-          options.fingerprint ?? null,
-        );
         claimed = (await exec(runner, claim)) > 0;
         bounded = false;
-        await this.restoreLockTimeout(runner);
+        if (restore) await runner.query(restore.sql, restore.params);
       } catch (error) {
         await rollback(runner);
-        if (bounded) await this.restoreLockTimeout(runner).catch(() => undefined);
+        if (bounded && restore) {
+          await runner.query(restore.sql, restore.params).catch(() => undefined);
+        }
         await runner.release();
-        if (this.dialect.isLockTimeout(error)) {
+        if (dialect.isLockTimeout(error)) {
           throw new InboxInProgressError(consumer, messageId, lockTimeoutMs);
         }
-        if (attempt < CLAIM_ATTEMPTS && this.dialect.isTransient(error)) {
+        if (attempt < CLAIM_ATTEMPTS && dialect.isTransient(error)) {
           options.onTransientRetry?.();
           await pause(10 * attempt + Math.random() * 20);
           continue;
@@ -221,9 +227,18 @@ export class InboxStore {
     }
   }
 
-  private async restoreLockTimeout(runner: QueryRunner): Promise<void> {
-    const restore = this.dialect.restoreLockTimeout();
-    if (restore) await runner.query(restore.sql, restore.params);
+  /**
+   * The dialect to claim with on this server, asked once (MySQL or MariaDB behind one TypeORM
+   * driver); a failed lookup is asked again by the next run.
+   */
+  private serverDialect(): Promise<InboxDialect> {
+    const forServer = this.dialect.forServer;
+    if (!forServer) return Promise.resolve((this.claimDialect = this.dialect));
+    this.learning ??= this.dataSource
+      .query(forServer.sql)
+      .then((rows: Record<string, unknown>[]) => (this.claimDialect = forServer.pick(rows)))
+      .finally(() => (this.learning = null));
+    return this.learning;
   }
 
   /**

@@ -1,3 +1,6 @@
+import { request as httpRequest, Server } from 'node:http';
+import { AddressInfo } from 'node:net';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import {
   CanActivate,
   ExecutionContext,
@@ -303,6 +306,48 @@ describe('OutboxAdminModule', () => {
       expect(await snapshot(t)).toEqual(before);
     });
 
+    // The parser inflates a compressed body after its (compressed) Content-Length passed the
+    // limit: 88 bytes on the wire, 2.3 KB of ids that purged as many.
+    it('refuses a compressed body (415), whose Content-Length is not the size it parses to', async () => {
+      t = await createAdminApp({
+        store: memory(),
+        admin: OutboxAdminModule.register({
+          guards: [ApiKeyGuard],
+          imports: [ApiKeysModule],
+          limits: { maxBodyBytes: 1024 },
+        }),
+      });
+      await seed(t, { orders: 1, users: 0 });
+      const before = await snapshot(t);
+      const json = JSON.stringify({ ids: Array(60).fill('00000000-0000-4000-8000-000000000000') });
+      expect(json.length).toBeGreaterThan(1024);
+      const zipped = gzipSync(json);
+      expect(zipped.length).toBeLessThan(1024);
+      const encoded = {
+        gzip: zipped,
+        deflate: deflateSync(json),
+        br: brotliCompressSync(json),
+      };
+      for (const [encoding, body] of Object.entries(encoded)) {
+        // Sent as bytes (superagent would serialize a Buffer under a JSON content type).
+        const status = await rawPost(t, '/outbox/dead-letters/purge', body, {
+          ...key,
+          'content-type': 'application/json',
+          'content-encoding': encoding,
+        });
+        expect({ encoding, status }).toEqual({ encoding, status: 415 });
+      }
+      expect(await snapshot(t)).toEqual(before);
+      // identity is no compression
+      await t.http
+        .post('/outbox/dead-letters/purge')
+        .set(key)
+        .set('Content-Type', 'application/json')
+        .set('Content-Encoding', 'identity')
+        .send({ filter: { type: 'order.placed' } })
+        .expect(200, { purged: 2 });
+    });
+
     it('takes a chunked body under the limit', async () => {
       t = await createAdminApp({ store: memory() });
       await seed(t, { orders: 1, users: 0 });
@@ -386,3 +431,32 @@ describe('OutboxAdminModule', () => {
     });
   });
 });
+
+/** POSTs `body` as given, with a Content-Length, to the app's server; resolves the status. */
+async function rawPost(
+  t: { app: { getHttpServer(): Server } },
+  path: string,
+  body: Buffer,
+  headers: Record<string, string>,
+): Promise<number> {
+  const server = t.app.getHttpServer();
+  if (!server.listening) await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as AddressInfo;
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      {
+        host: '127.0.0.1',
+        port,
+        path,
+        method: 'POST',
+        headers: { ...headers, 'content-length': String(body.length) },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}

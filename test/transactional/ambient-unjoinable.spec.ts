@@ -7,6 +7,7 @@ import { Test } from '@nestjs/testing';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { ClsModule } from 'nestjs-cls';
 import type Redis from 'ioredis';
+import type { DataSource } from 'typeorm';
 import {
   Inbox,
   OutboxDispatcher,
@@ -46,7 +47,7 @@ class Orders {
   ) {}
 
   @Transactional()
-  async place(id: string, options: { standalone?: boolean } = {}): Promise<void> {
+  async place(id: string, options: { standalone?: boolean; manager?: null } = {}): Promise<void> {
     await this.txHost.tx.query('INSERT INTO orders (id) VALUES (?)', [id]);
     await this.outbox.append({ type: 'order.placed', key: id, payload: { id } }, options);
     throw new Error('rolled back after the append');
@@ -134,6 +135,16 @@ function refusedOn(name: string, store: () => OutboxStoreOptions, cleanup = asyn
       expect(delivered()).not.toContain('tx-refused');
     });
 
+    it('{ manager: null } is no manager: refused the same way', async () => {
+      const error = await app
+        .get(Orders)
+        .place('tx-null', { manager: null })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(OutboxValidationError);
+      await drain();
+      expect(delivered()).not.toContain('tx-null');
+    });
+
     it('@Inbox(): append() is refused inside the inbox transaction', async () => {
       const res = await post({ id: 'inbox-refused' }, 'k1');
       expect(res.status).toBeGreaterThanOrEqual(400);
@@ -201,6 +212,40 @@ describe('append() options', () => {
       await app.close();
       await dataSource.destroy();
     }
+  });
+
+  it('a TypeORM store on the @Transactional() DataSource joins it with { manager: null } too', async () => {
+    const app = await appWith({
+      type: 'typeorm',
+      dataSourceToken: getDataSourceToken(),
+      tablePrefix: 'nullmgr_',
+      ensureSchema: true,
+    });
+    try {
+      await expect(app.get(Orders).place('null-joined', { manager: null })).rejects.toThrow(
+        'rolled back after the append',
+      );
+      await app.get(OutboxDispatcher).drain();
+      expect(app.get(Delivered).ids).not.toContain('null-joined');
+      expect(
+        await app
+          .get(OutboxService)
+          .append(
+            { type: 'order.placed', payload: { id: 'ok' } },
+            { manager: null, standalone: true },
+          ),
+      ).toBeDefined();
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('a custom store wrapping a TypeORM store joins the ambient transaction', async () => {
+    const app = await appWith({ type: 'memory' });
+    const dataSource = app.get<DataSource>(getDataSourceToken());
+    await app.close();
+    const { TypeOrmOutboxStore } = await import('../../lib/stores/typeorm/internal');
+    expect(new TypeOrmOutboxStore(dataSource).joinsTransactions).toBe(true);
   });
 
   it('a custom store that declares joinsTransactions is handed the ambient manager', async () => {

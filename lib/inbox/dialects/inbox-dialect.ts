@@ -15,6 +15,20 @@ export interface InboxStatement {
 }
 
 /**
+ * A claim whose wait on a concurrent claim of the same key is bounded. Where the bound can travel
+ * inside the claim statement itself (PostgreSQL, MariaDB) `bound` and `restore` are absent, so a
+ * run sends what a hand-written claim sends: BEGIN, the claim, the work, COMMIT.
+ */
+export interface InboxClaim {
+  /** Sent before `claim`: bounds the wait, remembering the setting it replaces. */
+  bound?: InboxStatement;
+  /** Affects one row when it took the key, none when the message was already processed. */
+  claim: InboxStatement;
+  /** Sent after `claim`, also after a failed one: puts back what `bound` replaced. */
+  restore?: InboxStatement;
+}
+
+/**
  * The inbox SQL of one database family. Claims are single insert-or-ignore statements whose
  * affected row count says whether this transaction took the message, so two deliveries can
  * never both pass a check that precedes the write.
@@ -32,22 +46,26 @@ export interface InboxDialect {
   addFingerprint(t: InboxTable): string;
   dropFingerprint(t: InboxTable): string;
   isDuplicateColumn(error: unknown): boolean;
-  /** Affects one row when claimed, none when the message was already processed. */
+  /**
+   * Claims `(consumer, messageId)`: takes it, or finds it already processed. The claim waits at
+   * most `lockTimeoutMs` on a concurrent uncommitted claim of the same key (then fails with
+   * `isLockTimeout`); the consumer's work after it runs with the session's own setting. SQLite
+   * has no row lock to wait on (one transaction at a time).
+   */
   claim(
     t: InboxTable,
     consumer: string,
     messageId: string,
     fingerprint: string | null,
-  ): InboxStatement;
+    lockTimeoutMs: number,
+  ): InboxClaim;
   /** The stored fingerprint of a processed message, as column `fingerprint`. */
   readFingerprint(t: InboxTable, consumer: string, messageId: string): InboxStatement;
   /**
-   * Bounds how long the claim waits on a concurrent claim of the same key, remembering the
-   * setting it replaces; `restoreLockTimeout` puts that back for the consumer's own work. `null`
-   * where there is no row lock to wait on (SQLite runs one transaction at a time).
+   * Where one dialect serves several servers (MySQL and MariaDB): asked once per store before
+   * its first claim, it picks the dialect to claim with on this server.
    */
-  setLockTimeout(ms: number): InboxStatement | null;
-  restoreLockTimeout(): InboxStatement | null;
+  forServer?: { sql: string; pick(rows: Record<string, unknown>[]): InboxDialect };
   /** The claim gave up waiting on the row lock of a concurrent claim. */
   isLockTimeout(error: unknown): boolean;
   /** Deletes at most `batchSize` records processed more than `retentionMs` ago (store clock). */

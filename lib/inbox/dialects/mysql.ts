@@ -1,10 +1,27 @@
-import { driverErrorField, InboxDialect, InboxTable } from './inbox-dialect';
+import { driverErrorField, InboxDialect, InboxStatement, InboxTable } from './inbox-dialect';
 
 // ER_LOCK_DEADLOCK: three or more transactions inserting one key while the first rolls back can
 // deadlock on their shared locks. ER_LOCK_WAIT_TIMEOUT (1205) is the claim's own bound on waiting
 // for a long handler: retrying would only wait again, so it is reported as "in progress".
 const TRANSIENT = new Set([1213]);
 const ER_LOCK_WAIT_TIMEOUT = 1205;
+
+/** innodb_lock_wait_timeout counts whole seconds, at least 1. */
+function lockWaitSeconds(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000));
+}
+
+function insertIgnore(
+  t: InboxTable,
+  consumer: string,
+  messageId: string,
+  fingerprint: string | null,
+): InboxStatement {
+  return {
+    sql: `INSERT IGNORE INTO ${t.table} (consumer, message_id, processed_at, fingerprint) VALUES (?, ?, UTC_TIMESTAMP(3), ?)`,
+    params: [consumer, messageId, fingerprint],
+  };
+}
 
 const LOCK_NAME =
   "(SELECT IF(CHAR_LENGTH(n) <= 64, n, SHA1(n)) FROM (SELECT CONCAT(COALESCE(DATABASE(), ''), '.', ?) AS n) AS lock_name)";
@@ -39,9 +56,19 @@ export const mysqlInboxDialect: InboxDialect = {
 
   // INSERT IGNORE also downgrades errors such as truncation to warnings; ids and consumers are
   // validated (length, characters) before they reach this statement so that cannot merge keys.
-  claim: (t, consumer, messageId, fingerprint) => ({
-    sql: `INSERT IGNORE INTO ${t.table} (consumer, message_id, processed_at, fingerprint) VALUES (?, ?, UTC_TIMESTAMP(3), ?)`,
-    params: [consumer, messageId, fingerprint],
+  // MySQL cannot set innodb_lock_wait_timeout for one statement (SET_VAR does not take InnoDB
+  // variables), so the bound is two more statements: whole seconds and per session, the pooled
+  // connection gets its previous value back right after the claim.
+  claim: (t, consumer, messageId, fingerprint, lockTimeoutMs) => ({
+    bound: {
+      sql: 'SET @nestjs_outbox_lock_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = ?',
+      params: [lockWaitSeconds(lockTimeoutMs)],
+    },
+    claim: insertIgnore(t, consumer, messageId, fingerprint),
+    restore: {
+      sql: 'SET SESSION innodb_lock_wait_timeout = @nestjs_outbox_lock_wait',
+      params: [],
+    },
   }),
 
   readFingerprint: (t, consumer, messageId) => ({
@@ -55,16 +82,12 @@ export const mysqlInboxDialect: InboxDialect = {
   // ER_DUP_FIELDNAME
   isDuplicateColumn: (error) => Number(driverErrorField(error, 'errno')) === 1060,
 
-  // innodb_lock_wait_timeout is whole seconds and per session: the pooled connection gets its
-  // previous value back right after the claim.
-  setLockTimeout: (ms) => ({
-    sql: 'SET @nestjs_outbox_lock_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = ?',
-    params: [Math.max(1, Math.ceil(ms / 1000))],
-  }),
-  restoreLockTimeout: () => ({
-    sql: 'SET SESSION innodb_lock_wait_timeout = @nestjs_outbox_lock_wait',
-    params: [],
-  }),
+  // TypeORM strips the server name from the version it keeps; MariaDB says it in VERSION().
+  forServer: {
+    sql: 'SELECT VERSION() AS version',
+    pick: (rows) =>
+      /mariadb/i.test(String(rows[0]?.version)) ? mariadbInboxDialect : mysqlInboxDialect,
+  },
   isLockTimeout: (error) => Number(driverErrorField(error, 'errno')) === ER_LOCK_WAIT_TIMEOUT,
 
   deleteExpired: (t, retentionMs, batchSize) => ({
@@ -78,4 +101,25 @@ export const mysqlInboxDialect: InboxDialect = {
   unlock: (name) => ({ sql: `SELECT RELEASE_LOCK(${LOCK_NAME}) AS unlocked`, params: [name] }),
 
   isTransient: (error) => TRANSIENT.has(Number(driverErrorField(error, 'errno'))),
+};
+
+/**
+ * MariaDB: `SET STATEMENT … FOR` sets innodb_lock_wait_timeout for the claim alone and puts the
+ * session's value back by itself, so the bound costs no statement of its own. The seconds are a
+ * computed integer written into the text (SET STATEMENT takes constants only).
+ */
+export const mariadbInboxDialect: InboxDialect = {
+  ...mysqlInboxDialect,
+  forServer: undefined,
+  claim: (t, consumer, messageId, fingerprint, lockTimeoutMs) => {
+    const insert = insertIgnore(t, consumer, messageId, fingerprint);
+    const seconds = lockWaitSeconds(lockTimeoutMs);
+    if (!Number.isSafeInteger(seconds)) throw new RangeError(`lockTimeoutMs ${lockTimeoutMs}`);
+    return {
+      claim: {
+        sql: `SET STATEMENT innodb_lock_wait_timeout = ${seconds} FOR ${insert.sql}`,
+        params: insert.params,
+      },
+    };
+  },
 };

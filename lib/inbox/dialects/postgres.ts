@@ -32,10 +32,21 @@ export const postgresInboxDialect: InboxDialect = {
   dropSchema: (t) => [`DROP TABLE IF EXISTS ${t.table}`],
 
   // A concurrent uncommitted claim of the same key makes this wait on the row lock and then
-  // either skip (it committed) or insert (it rolled back).
-  claim: (t, consumer, messageId, fingerprint) => ({
-    sql: `INSERT INTO ${t.table} (consumer, message_id, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
-    params: [consumer, messageId, fingerprint],
+  // either skip (it committed) or insert (it rolled back). The wait is bounded in the same
+  // statement, one round trip: the one-time filter saves the session's lock_timeout and sets a
+  // transaction-local bound before the row reaches the insert (the inner set_config is an
+  // argument of the outer one, so it runs first); RETURNING, evaluated once the row is inserted,
+  // puts the saved value back for the consumer's work. A claim that inserts nothing (duplicate)
+  // or fails is rolled back, which ends the local settings too.
+  claim: (t, consumer, messageId, fingerprint, lockTimeoutMs) => ({
+    claim: {
+      sql: `INSERT INTO ${t.table} (consumer, message_id, fingerprint)
+      SELECT $1, $2, $3
+      WHERE set_config('lock_timeout', $4 || left(set_config('nestjs_outbox.lock_timeout', current_setting('lock_timeout'), true), 0), true) IS NOT NULL
+      ON CONFLICT DO NOTHING
+      RETURNING set_config('lock_timeout', current_setting('nestjs_outbox.lock_timeout'), true) AS restored`,
+      params: [consumer, messageId, fingerprint, `${Math.max(1, Math.ceil(lockTimeoutMs))}ms`],
+    },
   }),
 
   readFingerprint: (t, consumer, messageId) => ({
@@ -48,16 +59,6 @@ export const postgresInboxDialect: InboxDialect = {
   // 42701 duplicate_column
   isDuplicateColumn: (error) => driverErrorField(error, 'code') === '42701',
 
-  // set_config(…, true) is SET LOCAL: both settings also end with the transaction.
-  setLockTimeout: (ms) => ({
-    sql: `SELECT set_config('nestjs_outbox.lock_timeout', current_setting('lock_timeout'), true) AS previous,
-      set_config('lock_timeout', $1, true) AS current`,
-    params: [`${Math.max(1, Math.ceil(ms))}ms`],
-  }),
-  restoreLockTimeout: () => ({
-    sql: `SELECT set_config('lock_timeout', current_setting('nestjs_outbox.lock_timeout'), true) AS restored`,
-    params: [],
-  }),
   isLockTimeout: (error) => driverErrorField(error, 'code') === '55P03',
 
   deleteExpired: (t, retentionMs, batchSize) => ({

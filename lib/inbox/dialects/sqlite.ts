@@ -28,9 +28,12 @@ export const sqliteInboxDialect: InboxDialect = {
 
   dropSchema: (t) => [`DROP TABLE IF EXISTS ${t.table}`],
 
+  // No row lock to wait on: the inbox runs one transaction at a time here.
   claim: (t, consumer, messageId, fingerprint) => ({
-    sql: `INSERT OR IGNORE INTO ${t.table} (consumer, message_id, processed_at, fingerprint) VALUES (?, ?, ${NOW_MS}, ?)`,
-    params: [consumer, messageId, fingerprint],
+    claim: {
+      sql: `INSERT OR IGNORE INTO ${t.table} (consumer, message_id, processed_at, fingerprint) VALUES (?, ?, ${NOW_MS}, ?)`,
+      params: [consumer, messageId, fingerprint],
+    },
   }),
 
   readFingerprint: (t, consumer, messageId) => ({
@@ -50,8 +53,6 @@ export const sqliteInboxDialect: InboxDialect = {
     params: [retentionMs, batchSize],
   }),
 
-  setLockTimeout: () => null,
-  restoreLockTimeout: () => null,
   isLockTimeout: () => false,
 
   tryLock: () => null,

@@ -44,6 +44,8 @@ export type { TypeOrmOutboxStoreOptions } from './ops/context';
  * the tables and migrations in `schema/`.
  */
 export class SqlOutboxStore implements OutboxStore {
+  /** `append()` writes in the caller's transaction (`manager` / `tx`, README Guarantees 1). */
+  readonly joinsTransactions = true;
   private readonly ctx: StoreContext;
   private readonly commits: CommitWatch;
   private readonly appends: AppendOp;

@@ -173,6 +173,17 @@ function transactionsOn(dialect: TestDialect): void {
     expect(await claimIds()).toEqual([]);
   });
 
+  it("refuses the DataSource itself as manager, saying to pass the transaction's manager", async () => {
+    const error: unknown = await store
+      .append([event()], { manager: dataSource })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(OutboxValidationError);
+    expect((error as Error).message).toMatch(
+      /is a DataSource, not the EntityManager of an open transaction/,
+    );
+    expect(await claimIds()).toEqual([]);
+  });
+
   it('without a manager, commits the batch in its own transaction', async () => {
     const batch = [event({ key: 'k' }), event({ key: 'k' }), event()];
     const stored = await store.append(batch);

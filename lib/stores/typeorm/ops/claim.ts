@@ -55,6 +55,13 @@ export class ClaimOp {
     // the first later open delivery of the key that is not such a replayed row (it was claimed
     // while those were dead, and blocks every later one), so the lookup reads the key from the
     // candidate on, stopping there, instead of every open delivery of the key.
+    // On PostgreSQL and MariaDB that delivery may be leased by a claim that has not committed
+    // (this statement still reads it pending): the locking claim takes its row lock as well, so
+    // the replayed row passes only if that row can be locked now and, locked, is not running
+    // (PostgreSQL rechecks the newest version of a row a claim committed meanwhile; MariaDB's
+    // locking read reads it). A claim holding it makes this one skip the replayed row this time.
+    // Whichever takes the lock first wins: a claim of that delivery skips it while it is held.
+    const later = sql`r.handler = c.handler AND r.event_key = c.event_key AND r.status IN ('pending', 'leased') AND r.event_seq > c.event_seq AND (r.lease_until IS NULL OR r.status = 'leased')`;
     const candidates: ClaimCandidates = ({
       limit,
       lock,
@@ -66,10 +73,12 @@ WHERE c.handler IN (${nameList}) AND c.status IN ('pending', 'leased')${within ?
   AND (c.event_key IS NULL OR (NOT EXISTS (
     SELECT 1 FROM ${ctx.D} p
     WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}
-  AND (c.lease_until IS NULL OR c.status = 'leased' OR COALESCE((
-    SELECT CASE WHEN r.status = 'leased' AND r.lease_until > ${d.now} THEN 1 ELSE 0 END FROM ${ctx.D} r
-    WHERE r.handler = c.handler AND r.event_key = c.event_key AND r.status IN ('pending', 'leased') AND r.event_seq > c.event_seq AND (r.lease_until IS NULL OR r.status = 'leased')
-    ORDER BY r.event_seq LIMIT 1), 0) = 0)))
+  AND (c.lease_until IS NULL OR c.status = 'leased' OR NOT EXISTS (
+    SELECT 1 FROM ${ctx.D} r
+    WHERE ${later}) OR EXISTS (
+    SELECT 1 FROM ${ctx.D} x
+    WHERE x.id = (SELECT r.id FROM ${ctx.D} r WHERE ${later} ORDER BY r.event_seq LIMIT 1)
+      AND (x.status = 'pending' OR x.lease_until <= ${d.now}) ${lock ? d.skipLocked : EMPTY}))))
 ORDER BY c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     // The lease's owner and token are this claim's; only its deadline (the database's clock)
