@@ -1,4 +1,5 @@
 // Public API of the executors: the interface a client's executor implements, and the executors.
+export { drizzleExecutor } from './drizzle-executor';
 export { pgExecutor } from './pg-executor';
 export type {
   CallerTransaction,

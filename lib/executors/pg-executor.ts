@@ -12,7 +12,7 @@ import {
 } from './sql-executor';
 
 /** The parts of a `pg` client (`PoolClient`) the executor uses. */
-interface PgClientLike {
+export interface PgClientLike {
   query(config: { text: string; values: unknown[]; name?: string }): Promise<{
     rows?: Array<Record<string, any>>;
     rowCount?: number | null;
@@ -56,7 +56,7 @@ function config(statement: SqlStatement): { text: string; values: unknown[]; nam
  * `statement_timestamp()` of this statement, and outside a transaction both are the start of this
  * very statement; in a failed transaction it fails with 25P02.
  */
-async function transactionStatus(client: PgClientLike): Promise<'I' | 'T' | 'E'> {
+export async function transactionStatus(client: PgClientLike): Promise<'I' | 'T' | 'E'> {
   const reported = client.getTransactionStatus?.();
   if ((client as { readyForQuery?: unknown }).readyForQuery === true) {
     if (reported === 'I' || reported === 'T' || reported === 'E') return reported;
@@ -73,7 +73,7 @@ async function transactionStatus(client: PgClientLike): Promise<'I' | 'T' | 'E'>
   }
 }
 
-class PgConnection implements SqlConnection {
+export class PgConnection implements SqlConnection {
   constructor(readonly client: PgClientLike) {}
 
   async query(statement: SqlStatement): Promise<SqlRows> {
