@@ -4,7 +4,15 @@ module.exports = {
   rootDir: '.',
   roots: ['<rootDir>/test'],
   testRegex: '.*\\.(spec|e2e-spec)\\.ts$',
-  transform: { '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json' }] },
+  transform: {
+    '^.+\\.ts$': ['ts-jest', { tsconfig: 'tsconfig.json' }],
+    // kysely 0.29 ships ES modules only: compiled to CommonJS for Jest (Node loads it natively).
+    '^.+/node_modules/kysely/.+\\.js$': [
+      'ts-jest',
+      { tsconfig: { allowJs: true, module: 'commonjs', target: 'es2022' }, isolatedModules: true },
+    ],
+  },
+  transformIgnorePatterns: ['/node_modules/(?!kysely/)'],
   moduleFileExtensions: ['ts', 'js', 'json'],
   moduleNameMapper: {
     '^nestjs-outbox$': '<rootDir>/lib/index.ts',

@@ -1,5 +1,7 @@
 // Public API of the executors: the interface a client's executor implements, and the executors.
 export { drizzleExecutor } from './drizzle-executor';
+export { kyselyExecutor } from './kysely-executor';
+export type { KyselyExecutorOptions } from './kysely-executor';
 export { pgExecutor } from './pg-executor';
 export type {
   CallerTransaction,

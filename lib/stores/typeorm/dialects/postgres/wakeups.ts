@@ -220,6 +220,11 @@ export class PostgresWakeups {
    * after each (re)connect. A dropped connection is replaced after a doubling delay.
    */
   listen(listener: () => void): () => Promise<void> {
+    // An executor that knows no connection options (kyselyExecutor without its pool): nothing
+    // listens, the dispatcher's poll finds what other processes commit.
+    if (!this.executor.listenerConnection || this.executor.listenerConnection() === null) {
+      return () => Promise.resolve();
+    }
     let closed = false;
     let attempt = 0;
     let timer: NodeJS.Timeout | null = null;

@@ -1,0 +1,258 @@
+import { OutboxOptionsError } from '../errors/outbox-options.error';
+import { OutboxValidationError } from '../errors/outbox-validation.error';
+import { assertInstalled } from '../optional-peers';
+import {
+  CallerTransaction,
+  describeValue,
+  ListenerConnection,
+  SqlConnection,
+  SqlExecutor,
+  SqlRows,
+  SqlStatement,
+} from './sql-executor';
+
+/** A compiled query as Kysely runs it (`CompiledQuery.raw(sql, parameters)`). */
+type KyselyCompiledQuery = object;
+
+/** The parts of a `Kysely` (root, connection or `Transaction`) the executor uses. */
+interface KyselyLike {
+  readonly isTransaction: boolean;
+  executeQuery(query: KyselyCompiledQuery): Promise<{
+    rows: Array<Record<string, any>>;
+    numAffectedRows?: bigint;
+  }>;
+  getExecutor(): { adapter: object };
+  withoutPlugins(): KyselyLike;
+  transaction(): {
+    setIsolationLevel(level: 'read committed'): ReturnType<KyselyLike['transaction']>;
+    execute<T>(fn: (trx: KyselyLike) => Promise<T>): Promise<T>;
+  };
+  connection(): { execute<T>(fn: (db: KyselyLike) => Promise<T>): Promise<T> };
+  /** `ControlledTransaction` (`db.startTransaction().execute()`) only. */
+  readonly isCommitted?: boolean;
+  readonly isRolledBack?: boolean;
+}
+
+/** The parts of a `pg` `Pool` the listener needs (its connection options and Client class). */
+interface PgPoolLike {
+  connect(): Promise<unknown>;
+  options?: Record<string, unknown>;
+  Client?: new (config: Record<string, unknown>) => unknown;
+}
+
+const HOW_TO_TX =
+  'Pass the trx of your Kysely transaction: await db.transaction().execute(async (trx) => { … ' +
+  'append(events, { tx: trx }) … }), or a db.startTransaction().execute() before its commit. ' +
+  'Or omit tx to let the outbox commit the event in its own transaction.';
+
+function raw(statement: SqlStatement): KyselyCompiledQuery {
+  const { CompiledQuery } = require('kysely') as typeof import('kysely');
+  return CompiledQuery.raw(statement.text, statement.params as unknown[]);
+}
+
+class KyselyConnection implements SqlConnection {
+  constructor(readonly db: KyselyLike) {}
+
+  async query(statement: SqlStatement): Promise<SqlRows> {
+    // (Kysely's PostgresDriver runs no named prepared statements: `statement.name` is ignored.)
+    const result = await this.db.executeQuery(raw(statement));
+    const rows = result.rows ?? [];
+    return {
+      rows,
+      affected: result.numAffectedRows === undefined ? rows.length : Number(result.numAffectedRows),
+    };
+  }
+}
+
+/**
+ * `'T'` in a transaction, `'E'` in a failed one, `'I'` outside (the transaction ended: a COMMIT
+ * sent by hand). One statement on the transaction's connection, as in `pgExecutor`.
+ */
+async function transactionStatus(trx: KyselyLike): Promise<'I' | 'T' | 'E'> {
+  try {
+    const { rows } = await trx.executeQuery(
+      raw({ text: 'SELECT transaction_timestamp() <> statement_timestamp() AS open', params: [] }),
+    );
+    return rows[0]?.open === true ? 'T' : 'I';
+  } catch (error) {
+    if ((error as { code?: unknown }).code === '25P02') return 'E';
+    // Kysely refuses a transaction that committed or rolled back: none is open.
+    if (/Transaction is already (committed|rolled back)/.test(String((error as Error)?.message)))
+      return 'I';
+    throw error;
+  }
+}
+
+/**
+ * The SQL store over Kysely with its `PostgresDialect`: statements run as raw compiled queries
+ * (without the db's plugins, so no CamelCasePlugin renames the columns the store reads), a
+ * caller's transaction is Kysely's `Transaction`. Kysely has no commit hook: see
+ * `CommitWatch.inTransaction` for what replaces it (a NOTIFY inside the caller's transaction,
+ * heard only when the listener has the `pg` Pool: `kyselyExecutor(db, { pool })`).
+ */
+class KyselyExecutor implements SqlExecutor {
+  readonly sqlExecutor = true;
+  readonly client = 'Kysely';
+  readonly txOption = 'tx';
+  readonly dialect = 'postgres';
+  private readonly db: KyselyLike;
+
+  constructor(
+    db: KyselyLike,
+    private readonly pool: PgPoolLike | undefined,
+  ) {
+    this.db = db.withoutPlugins();
+  }
+
+  query(statement: SqlStatement): Promise<SqlRows> {
+    return new KyselyConnection(this.db).query(statement);
+  }
+
+  connection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
+    return this.db.connection().execute((db) => fn(new KyselyConnection(db)));
+  }
+
+  transaction<T>(
+    fn: (connection: SqlConnection) => Promise<T>,
+    options: { isolation?: 'READ COMMITTED' } = {},
+  ): Promise<T> {
+    const builder = this.db.transaction();
+    return (options.isolation ? builder.setIsolationLevel('read committed') : builder).execute(
+      (trx) => fn(new KyselyConnection(trx)),
+    );
+  }
+
+  /** A Kysely `Transaction` of this db inside an open transaction (see `transactionStatus`). */
+  async transactionOf(tx: unknown): Promise<CallerTransaction> {
+    const t = tx as Record<string, unknown> | null;
+    const isTypeOrm =
+      typeof t === 'object' &&
+      t !== null &&
+      (typeof t.startTransaction === 'function' ||
+        (typeof t.transaction === 'function' && typeof t.getRepository === 'function')) &&
+      typeof t.getExecutor !== 'function';
+    if (isTypeOrm) {
+      throw new OutboxValidationError(
+        'options.tx',
+        'is a TypeORM EntityManager or QueryRunner, but this outbox store writes through Kysely ' +
+          "(store: { type: 'sql', executor: kyselyExecutor(db) }), outside TypeORM's transactions. " +
+          `${HOW_TO_TX} To join TypeORM transactions, use store: { type: 'typeorm', dataSource } and pass { manager }.`,
+      );
+    }
+    if (
+      typeof t !== 'object' ||
+      t === null ||
+      typeof t.executeQuery !== 'function' ||
+      typeof t.getExecutor !== 'function' ||
+      typeof t.isTransaction !== 'boolean'
+    ) {
+      throw new OutboxValidationError(
+        'options.tx',
+        `is not a Kysely Transaction, got ${describeValue(tx)}. ${HOW_TO_TX}`,
+      );
+    }
+    const trx = t as unknown as KyselyLike;
+    if (!trx.isTransaction) {
+      throw new OutboxValidationError(
+        'options.tx',
+        'is a Kysely instance outside any transaction (isTransaction is false: the root db, or a ' +
+          `db.connection()), so the event could be committed without your business write. ${HOW_TO_TX}`,
+      );
+    }
+    if (trx.getExecutor().adapter !== this.db.getExecutor().adapter) {
+      throw new OutboxValidationError(
+        'options.tx',
+        `is a transaction of another Kysely instance than the one given to kyselyExecutor(db): it may be on another database. ${HOW_TO_TX}`,
+      );
+    }
+    const status =
+      trx.isCommitted === true || trx.isRolledBack === true ? 'I' : await transactionStatus(trx);
+    if (status === 'E') {
+      throw new OutboxValidationError(
+        'options.tx',
+        'is inside a failed transaction (a statement of it failed); it can only roll back. Nothing was written.',
+      );
+    }
+    if (status !== 'T') {
+      throw new OutboxValidationError(
+        'options.tx',
+        `is a Kysely Transaction that already committed or rolled back. ${HOW_TO_TX}`,
+      );
+    }
+    const connection = trx.withoutPlugins();
+    return { connection: new KyselyConnection(connection), key: trx };
+  }
+
+  /**
+   * A new `pg` Client with the options of the Pool given as `kyselyExecutor(db, { pool })`;
+   * `null` without it (Kysely does not expose its pool): then nothing LISTENs, and events of
+   * callers' transactions are found by the dispatcher's poll.
+   */
+  listenerConnection(): ListenerConnection | null {
+    if (!this.pool) return null;
+    const { Client: ownClient, ...options } = this.pool.options ?? {};
+    const Client =
+      (ownClient as ListenerConnection['Client'] | undefined) ??
+      this.pool.Client ??
+      (require('pg') as { Client: ListenerConnection['Client'] }).Client;
+    return { Client, config: options };
+  }
+}
+
+/** Options of `kyselyExecutor`. */
+export interface KyselyExecutorOptions {
+  /**
+   * The `pg` `Pool` given to Kysely's `PostgresDialect`: its connection options open the
+   * connection that LISTENs for wake-ups. Without it, wake-ups from other processes (and from
+   * appends in your transactions) fall back to the dispatcher's poll.
+   */
+  pool?: unknown;
+}
+
+/**
+ * The executor of the 'sql' store for Kysely on PostgreSQL (`PostgresDialect`): `store: { type:
+ * 'sql', executor: kyselyExecutor(db, { pool }) }`, and `append(events, { tx: trx })` inside
+ * `db.transaction().execute(async (trx) => …)`. `kysely` is an optional peer: a missing one is
+ * named with its install command.
+ */
+export function kyselyExecutor(db: unknown, options: KyselyExecutorOptions = {}): SqlExecutor {
+  assertInstalled('The Kysely executor (kyselyExecutor)', ['kysely']);
+  const d = db as Partial<KyselyLike> | null;
+  if (
+    typeof d !== 'object' ||
+    d === null ||
+    typeof d.executeQuery !== 'function' ||
+    typeof d.transaction !== 'function' ||
+    typeof d.getExecutor !== 'function' ||
+    typeof d.withoutPlugins !== 'function'
+  ) {
+    throw new OutboxOptionsError(
+      'store.executor',
+      `kyselyExecutor(db) needs a Kysely instance (new Kysely({ dialect: new PostgresDialect({ pool }) })), got ${describeValue(db)}`,
+    );
+  }
+  if (d.isTransaction !== false) {
+    throw new OutboxOptionsError(
+      'store.executor',
+      'kyselyExecutor(db) needs the root Kysely instance, not a Transaction: pass the transaction to append(events, { tx: trx })',
+    );
+  }
+  const { PostgresAdapter } = require('kysely') as typeof import('kysely');
+  if (!(d.getExecutor().adapter instanceof PostgresAdapter)) {
+    throw new OutboxOptionsError(
+      'store.executor',
+      `kyselyExecutor(db) supports Kysely on PostgreSQL (PostgresDialect), got a db with ${describeValue(d.getExecutor().adapter)}`,
+    );
+  }
+  const pool = options.pool as Partial<PgPoolLike> | undefined;
+  if (
+    pool !== undefined &&
+    (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function')
+  ) {
+    throw new OutboxOptionsError(
+      'store.executor',
+      `kyselyExecutor(db, { pool }) needs the pg Pool given to PostgresDialect, got ${describeValue(pool)}`,
+    );
+  }
+  return new KyselyExecutor(d as KyselyLike, pool as PgPoolLike | undefined);
+}
