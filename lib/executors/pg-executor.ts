@@ -210,7 +210,9 @@ export function pgExecutor(pool: unknown): SqlExecutor {
     p === null ||
     typeof p.connect !== 'function' ||
     typeof p.query !== 'function' ||
-    typeof (p as { release?: unknown }).release === 'function'
+    typeof (p as { release?: unknown }).release === 'function' ||
+    // A single pg Client has connect() and query() too, but no pool to hand out connections.
+    !('totalCount' in p)
   ) {
     throw new OutboxOptionsError(
       'store.executor',

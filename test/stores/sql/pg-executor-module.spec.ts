@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { INestApplication, Injectable, Module } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
-import { Pool, PoolClient } from 'pg';
+import { Client, Pool, PoolClient } from 'pg';
 import {
   OutboxDispatcher,
   OutboxEvent,
@@ -306,6 +306,8 @@ describe("the 'sql' store's options", () => {
       resolveOutboxOptions({ store: { type: 'sql', executor, tablePrefx: 'x_' } as never }),
     ).toThrow(/store\.tablePrefx.*did you mean store\.tablePrefix/s);
     expect(() => pgExecutor({ query() {} })).toThrow(OutboxOptionsError);
+    // A single Client (connect() and query(), but no pool): refused, naming the Pool to pass.
+    expect(() => pgExecutor(new Client())).toThrow(/pgExecutor\(pool\) needs a pg Pool.*Client/s);
   });
 
   it('tx is refused by a store that cannot join a transaction', async () => {
