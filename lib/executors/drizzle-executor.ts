@@ -1,3 +1,4 @@
+import { refuseTypeOrmTx, requireOpenTransaction } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
@@ -15,6 +16,7 @@ import {
 const HOW_TO_TX =
   "Pass Drizzle's transaction: await db.transaction(async (tx) => { …; await outbox.append(events, { tx }); }). " +
   'Or omit tx to let the outbox commit the event in its own transaction.';
+const DRIZZLE_TX = { client: 'Drizzle', executorCall: 'drizzleExecutor(db)', howTo: HOW_TO_TX };
 
 /** What the executor loads from drizzle-orm, lazily (an optional peer). */
 interface DrizzleModules {
@@ -112,19 +114,7 @@ class DrizzleExecutor implements SqlExecutor {
   /** Drizzle's `tx` (a `PgTransaction`) of this database, inside its open transaction. */
   async transactionOf(tx: unknown): Promise<CallerTransaction> {
     const t = tx as Record<string, unknown> | null;
-    if (
-      typeof t === 'object' &&
-      t !== null &&
-      (typeof t.startTransaction === 'function' ||
-        (typeof t.transaction === 'function' && typeof t.getRepository === 'function'))
-    ) {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is a TypeORM EntityManager or QueryRunner, but this outbox store writes through Drizzle ' +
-          "(store: { type: 'sql', executor: drizzleExecutor(db) }), outside TypeORM's transactions. " +
-          `${HOW_TO_TX} To join TypeORM transactions, use store: { type: 'typeorm', dataSource } and pass { manager }.`,
-      );
-    }
+    refuseTypeOrmTx(tx, DRIZZLE_TX);
     const { is, PgDatabase, PgTransaction } = drizzleModules();
     if (typeof t !== 'object' || t === null || !is(t, PgTransaction)) {
       if (t === this.db || (typeof t === 'object' && t !== null && is(t, PgDatabase))) {
@@ -164,20 +154,11 @@ class DrizzleExecutor implements SqlExecutor {
         `is a transaction of another Drizzle database than the one given to drizzleExecutor(db): it may be on another database. ${HOW_TO_TX}`,
       );
     }
-    const status = await transactionStatus(client);
-    if (status === 'E') {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is inside a failed transaction (a statement of it failed); it can only roll back. Nothing was written.',
-      );
-    }
-    if (status !== 'T') {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is not inside an open transaction (its db.transaction() callback has already returned), ' +
-          `so the event could be committed without your business write. ${HOW_TO_TX}`,
-      );
-    }
+    requireOpenTransaction(
+      await transactionStatus(client),
+      'is not inside an open transaction (its db.transaction() callback has already returned), ' +
+        `so the event could be committed without your business write. ${HOW_TO_TX}`,
+    );
     return { connection: new PgConnection(client), key: client };
   }
 

@@ -1,3 +1,4 @@
+import { refuseTypeOrmTx, requireOpenTransaction } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
@@ -44,6 +45,7 @@ const HOW_TO_TX =
   'Pass the trx of your Kysely transaction: await db.transaction().execute(async (trx) => { … ' +
   'append(events, { tx: trx }) … }), or a db.startTransaction().execute() before its commit. ' +
   'Or omit tx to let the outbox commit the event in its own transaction.';
+const KYSELY_TX = { client: 'Kysely', executorCall: 'kyselyExecutor(db)', howTo: HOW_TO_TX };
 
 function raw(statement: SqlStatement): KyselyCompiledQuery {
   const { CompiledQuery } = require('kysely') as typeof import('kysely');
@@ -125,20 +127,8 @@ class KyselyExecutor implements SqlExecutor {
   /** A Kysely `Transaction` of this db inside an open transaction (see `transactionStatus`). */
   async transactionOf(tx: unknown): Promise<CallerTransaction> {
     const t = tx as Record<string, unknown> | null;
-    const isTypeOrm =
-      typeof t === 'object' &&
-      t !== null &&
-      (typeof t.startTransaction === 'function' ||
-        (typeof t.transaction === 'function' && typeof t.getRepository === 'function')) &&
-      typeof t.getExecutor !== 'function';
-    if (isTypeOrm) {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is a TypeORM EntityManager or QueryRunner, but this outbox store writes through Kysely ' +
-          "(store: { type: 'sql', executor: kyselyExecutor(db) }), outside TypeORM's transactions. " +
-          `${HOW_TO_TX} To join TypeORM transactions, use store: { type: 'typeorm', dataSource } and pass { manager }.`,
-      );
-    }
+    // A Kysely instance has startTransaction() too; its own objects have getExecutor().
+    refuseTypeOrmTx(tx, KYSELY_TX, (own) => typeof own.getExecutor === 'function');
     if (
       typeof t !== 'object' ||
       t === null ||
@@ -167,18 +157,10 @@ class KyselyExecutor implements SqlExecutor {
     }
     const status =
       trx.isCommitted === true || trx.isRolledBack === true ? 'I' : await transactionStatus(trx);
-    if (status === 'E') {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is inside a failed transaction (a statement of it failed); it can only roll back. Nothing was written.',
-      );
-    }
-    if (status !== 'T') {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is a Kysely Transaction that already committed or rolled back. ${HOW_TO_TX}`,
-      );
-    }
+    requireOpenTransaction(
+      status,
+      `is a Kysely Transaction that already committed or rolled back. ${HOW_TO_TX}`,
+    );
     const connection = trx.withoutPlugins();
     return { connection: new KyselyConnection(connection), key: trx };
   }

@@ -1,3 +1,4 @@
+import { refuseTypeOrmTx, requireOpenTransaction } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
@@ -35,6 +36,7 @@ const HOW_TO_TX =
   "Pass the PoolClient of your transaction: const client = await pool.connect(); await client.query('BEGIN'); " +
   "… append(events, { tx: client }) …; await client.query('COMMIT'); client.release(). " +
   'Or omit tx to let the outbox commit the event in its own transaction.';
+const PG_TX = { client: 'node-postgres', executorCall: 'pgExecutor(pool)', howTo: HOW_TO_TX };
 
 function toRows(result: { rows?: Array<Record<string, any>>; rowCount?: number | null }): SqlRows {
   return { rows: result.rows ?? [], affected: result.rowCount ?? 0 };
@@ -135,19 +137,7 @@ class PgExecutor implements SqlExecutor {
   /** A `PoolClient` of this pool inside an open transaction (see `transactionStatus`). */
   async transactionOf(tx: unknown): Promise<CallerTransaction> {
     const t = tx as Record<string, unknown> | null;
-    const isTypeOrm =
-      typeof t === 'object' &&
-      t !== null &&
-      (typeof t.startTransaction === 'function' ||
-        (typeof t.transaction === 'function' && typeof t.getRepository === 'function'));
-    if (isTypeOrm) {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is a TypeORM EntityManager or QueryRunner, but this outbox store writes through node-postgres ' +
-          "(store: { type: 'sql', executor: pgExecutor(pool) }), outside TypeORM's transactions. " +
-          `${HOW_TO_TX} To join TypeORM transactions, use store: { type: 'typeorm', dataSource } and pass { manager }.`,
-      );
-    }
+    refuseTypeOrmTx(tx, PG_TX);
     if (
       (t as unknown) === this.pool ||
       (typeof t?.connect === 'function' && 'totalCount' in (t ?? {}))
@@ -171,19 +161,10 @@ class PgExecutor implements SqlExecutor {
       );
     }
     const client = t as unknown as PgClientLike;
-    const status = await transactionStatus(client);
-    if (status === 'E') {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is inside a failed transaction (a statement of it failed); it can only roll back. Nothing was written.',
-      );
-    }
-    if (status !== 'T') {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is not inside an open transaction (no BEGIN), so the event could be committed without your business write. ${HOW_TO_TX}`,
-      );
-    }
+    requireOpenTransaction(
+      await transactionStatus(client),
+      `is not inside an open transaction (no BEGIN), so the event could be committed without your business write. ${HOW_TO_TX}`,
+    );
     return { connection: new PgConnection(client), key: client };
   }
 
