@@ -9,6 +9,7 @@ import {
   ListenerConnection,
   SqlConnection,
   SqlExecutor,
+  SqlIsolationLevel,
   SqlRows,
   SqlStatement,
 } from './sql-executor';
@@ -106,7 +107,7 @@ class DrizzleExecutor implements SqlExecutor {
 
   transaction<T>(
     fn: (connection: SqlConnection) => Promise<T>,
-    options?: { isolation?: 'READ COMMITTED' },
+    options?: { isolation?: SqlIsolationLevel },
   ): Promise<T> {
     return this.pg.transaction(fn, options);
   }

@@ -8,6 +8,7 @@ import {
   ListenerConnection,
   SqlConnection,
   SqlExecutor,
+  SqlIsolationLevel,
   SqlRows,
   SqlStatement,
 } from './sql-executor';
@@ -116,7 +117,7 @@ class KyselyExecutor implements SqlExecutor {
 
   transaction<T>(
     fn: (connection: SqlConnection) => Promise<T>,
-    options: { isolation?: 'READ COMMITTED' } = {},
+    options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
     const builder = this.db.transaction();
     return (options.isolation ? builder.setIsolationLevel('read committed') : builder).execute(

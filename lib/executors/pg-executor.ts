@@ -8,6 +8,7 @@ import {
   ListenerConnection,
   SqlConnection,
   SqlExecutor,
+  SqlIsolationLevel,
   SqlRows,
   SqlStatement,
 } from './sql-executor';
@@ -111,7 +112,7 @@ class PgExecutor implements SqlExecutor {
 
   async transaction<T>(
     fn: (connection: SqlConnection) => Promise<T>,
-    options: { isolation?: 'READ COMMITTED' } = {},
+    options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
     const client = await this.pool.connect();
     let broken: Error | undefined;

@@ -9,6 +9,10 @@
 
 export type SqlExecutorDialect = 'postgres' | 'mysql' | 'sqlite';
 
+/** Transaction isolation levels an executor opens a transaction with. */
+export type SqlIsolationLevel =
+  'READ UNCOMMITTED' | 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
+
 /** One statement: its text in the dialect's placeholder style, and its parameters. */
 export interface SqlStatement {
   text: string;
@@ -54,6 +58,13 @@ export interface ListenerConnection {
   config: Record<string, unknown>;
 }
 
+/**
+ * Errors: a statement that fails rejects with an error carrying the driver's code, on the error
+ * itself or on its `driverError` (the dialects read `error.driverError ?? error`): PostgreSQL's
+ * SQLSTATE as `code` ('40P01', '23505', '55P03', …), MySQL/MariaDB's `errno` (1062, 1213, …) and
+ * `code` ('ER_DUP_ENTRY'), SQLite's `code` ('SQLITE_BUSY', …). An executor over a client that
+ * wraps driver errors (Prisma, MikroORM) unwraps them or sets `driverError`.
+ */
 export interface SqlExecutor {
   /** Marks executors, so options can tell one from a client passed by mistake. */
   readonly sqlExecutor: true;
@@ -73,8 +84,28 @@ export interface SqlExecutor {
    */
   transaction<T>(
     fn: (connection: SqlConnection) => Promise<T>,
-    options?: { isolation?: 'READ COMMITTED' },
+    options?: { isolation?: SqlIsolationLevel },
   ): Promise<T>;
+  /**
+   * Opens a transaction through the client's own API and runs `fn` with that client's
+   * transaction object — what the app writes through and what `transactionOf` accepts (TypeORM:
+   * the EntityManager; node-postgres: the PoolClient after BEGIN; Drizzle: `tx`; Kysely: the
+   * `Transaction`; Prisma: the interactive-transaction client; MikroORM: the forked
+   * EntityManager) — and a connection that runs statements inside that same transaction. Commits
+   * when `fn` resolves, rolls back and rethrows when it throws. `@Inbox()` runs its claim and the
+   * consumer's method in it, so both commit together. Absent: this executor cannot run `@Inbox()`.
+   */
+  clientTransaction?<T>(
+    fn: (tx: unknown, connection: SqlConnection) => Promise<T>,
+    options?: { isolation?: SqlIsolationLevel },
+  ): Promise<T>;
+  /**
+   * Whether `value` is the client this executor was made from (the Pool, the Drizzle db, the
+   * Kysely instance, the PrismaClient, the MikroORM EntityManager/ORM, the TypeORM DataSource or
+   * its manager). `@Inbox()` makes its transaction the `@nestjs-cls/transactional` host's only
+   * when the host's client outside a transaction (`TransactionHost.tx`) is this executor's.
+   */
+  ownsClient?(value: unknown): boolean;
   /**
    * The caller's open transaction `tx` belongs to (this client's own transaction object), or an
    * `OutboxValidationError` naming `options.<txOption>` that says what to pass instead: `tx` is

@@ -8,6 +8,7 @@ import {
   ListenerConnection,
   SqlConnection,
   SqlExecutor,
+  SqlIsolationLevel,
   SqlExecutorDialect,
   SqlRows,
   SqlStatement,
@@ -107,7 +108,7 @@ export class TypeOrmExecutor implements SqlExecutor {
 
   async transaction<T>(
     fn: (connection: TypeOrmConnection) => Promise<T>,
-    options: { isolation?: 'READ COMMITTED' } = {},
+    options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
     const runner = this.dataSource.createQueryRunner('master');
     try {
