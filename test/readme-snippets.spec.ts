@@ -1,15 +1,23 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import * as ts from 'typescript';
 
 /**
- * Every ```ts block of the README is a complete file that must type-check against the library
- * (through the `nestjs-outbox` path mapping), so the manual cannot drift from the code.
+ * Every ```ts block of the README and of the guides in docs/ is a complete file that must
+ * type-check against the library (through the `nestjs-outbox` path mapping), so the manual cannot
+ * drift from the code.
  */
 describe('README snippets', () => {
   const root = resolve(__dirname, '..');
-  const readme = readFileSync(join(root, 'README.md'), 'utf8');
-  const snippets = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
+  const pages = [
+    'README.md',
+    ...readdirSync(join(root, 'docs'))
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => `docs/${f}`),
+  ];
+  const snippets = pages.flatMap((page) =>
+    [...readFileSync(join(root, page), 'utf8').matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]),
+  );
 
   it('has TypeScript snippets', () => {
     expect(snippets.length).toBeGreaterThan(5);
