@@ -1,17 +1,10 @@
-import { ModuleRef } from '@nestjs/core';
-import { Logger } from '@nestjs/common';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
 import { OutboxStore } from '../interfaces/outbox-store.interface';
 import { DeferredOutboxStore } from './deferred-outbox.store';
 import { MemoryOutboxStore } from './memory/memory-outbox.store';
+import type { StoreFactoryContext } from './store-factory-context';
 
-/** What a store factory may use: the resolved options and a way to look up app providers. */
-export interface StoreFactoryContext {
-  options: ResolvedOutboxOptions;
-  moduleRef: ModuleRef;
-  logger: Logger;
-}
+export type { StoreFactoryContext } from './store-factory-context';
 
 /**
  * Builds the store chosen by `options.store.type`. Stores with optional peers are required lazily

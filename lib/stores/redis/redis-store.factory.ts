@@ -1,7 +1,7 @@
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import { OutboxStore } from '../../interfaces/outbox-store.interface';
 import { OutboxMessages } from '../../outbox.messages';
-import type { StoreFactoryContext } from '../store.factory';
+import type { StoreFactoryContext } from '../store-factory-context';
 import { isRedisClientLike, loadIoredis } from './redis-client';
 import { RedisOutboxStore } from './redis-outbox.store';
 import { RedisStoreOptions } from './redis-store.options';

@@ -2,7 +2,7 @@ import { isSqlExecutor } from '../../executors/sql-executor';
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import { OutboxStore } from '../../interfaces/outbox-store.interface';
 import { OutboxMessages } from '../../outbox.messages';
-import type { StoreFactoryContext } from '../store.factory';
+import type { StoreFactoryContext } from '../store-factory-context';
 import { SqlStoreOptions } from './sql-store.options';
 
 /** Builds the 'sql' store: the SQL store of the TypeORM one, over the given executor. */

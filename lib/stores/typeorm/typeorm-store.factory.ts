@@ -2,7 +2,7 @@ import { MissingDependencyError } from '../../errors/missing-dependency.error';
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import { OutboxStore } from '../../interfaces/outbox-store.interface';
 import { OutboxMessages } from '../../outbox.messages';
-import type { StoreFactoryContext } from '../store.factory';
+import type { StoreFactoryContext } from '../store-factory-context';
 import { TypeOrmStoreOptions } from './typeorm-store.options';
 
 /**

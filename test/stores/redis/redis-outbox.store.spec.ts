@@ -9,7 +9,7 @@ import {
   ResolvedOutboxOptions,
 } from 'nestjs-outbox';
 import { createRedisOutboxStore, RedisOutboxStore } from '../../../lib/stores/redis';
-import type { StoreFactoryContext } from '../../../lib/stores/store.factory';
+import type { StoreFactoryContext } from '../../../lib/stores/store-factory-context';
 import { describeWithService, SERVICES } from '../../support/services';
 import { connect, dropPrefix, keysOf, uniquePrefix } from './redis-test-support';
 
