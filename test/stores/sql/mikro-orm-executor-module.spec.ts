@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { EntityManager, MikroORM } from '@mikro-orm/core';
+import { MikroOrmModule } from '@mikro-orm/nestjs';
 import { PostgreSqlDriver } from '@mikro-orm/postgresql';
 import { Inject, INestApplication, Injectable, Module } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
@@ -22,10 +23,10 @@ import {
   wakeupListenerLock,
 } from '../../../lib/stores/typeorm/dialects/postgres/wakeups';
 import { TS_REGISTER } from '../../support/child-process';
-import { describeWithService } from '../../support/services';
+import { describeWithService, SERVICES } from '../../support/services';
 import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { openPool } from './pg-test-helpers';
-import { mikroStoreFor, openOrm, Order } from './mikro-orm-test-helpers';
+import { mikroStoreFor, openOrm, Order, orderSchema } from './mikro-orm-test-helpers';
 
 /**
  * README "MikroORM": `store: { type: 'sql', executor: mikroOrmExecutor(orm) }` and
@@ -437,5 +438,85 @@ describe('mikroOrmExecutor(orm) options', () => {
     expect(out.trim().split('\n').pop()).toMatch(
       /MissingDependencyError: .*mikroOrmExecutor.*@mikro-orm\/core.*@mikro-orm\/postgresql.*npm install/,
     );
+  });
+});
+
+describeWithService('postgres', 'README "MikroORM": with @mikro-orm/nestjs', () => {
+  const prefix = uniquePrefix('mkr');
+
+  /** The README's AppModule, with the test database and a table of this test. */
+  function readmeApp() {
+    @Injectable()
+    class Orders {
+      constructor(
+        private readonly orm: MikroORM,
+        private readonly outbox: OutboxService,
+      ) {}
+
+      place(orderId: string, fail = false): Promise<void> {
+        return this.orm.em.transactional(async (em) => {
+          em.persist(new Order(orderId));
+          await this.outbox.append(
+            { type: 'order.placed', key: orderId, payload: { id: orderId } },
+            { tx: em },
+          );
+          if (fail) throw new Error('business rule');
+        });
+      }
+    }
+
+    @Module({
+      imports: [
+        ScheduleModule.forRoot(),
+        MikroOrmModule.forRoot({
+          driver: PostgreSqlDriver,
+          clientUrl: `postgresql://postgres@${SERVICES.postgres.host}:${SERVICES.postgres.port}/test`,
+          entities: [orderSchema(prefix)],
+        }),
+        OutboxModule.forRootAsync({
+          inject: [MikroORM],
+          useFactory: (orm: MikroORM) => ({
+            store: {
+              type: 'sql',
+              executor: mikroOrmExecutor(orm),
+              tablePrefix: prefix,
+              ensureSchema: true,
+            },
+            dispatcher: { pollInterval: 200 },
+            retention: { cleanupIntervalMs: 0 },
+          }),
+        }),
+      ],
+      providers: [Orders, Delivered],
+    })
+    class AppModule {}
+    return { AppModule, Orders };
+  }
+
+  it('a committed em.transactional delivers once with its entity; a rolled-back one nothing', async () => {
+    const { AppModule, Orders } = readmeApp();
+    const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.init();
+    const orm = app.get(MikroORM);
+    const executor = mikroOrmExecutor(orm);
+    const rows = async (text: string) => (await executor.query({ text, params: [] })).rows;
+    try {
+      await rows(`CREATE TABLE ${prefix}orders (id text PRIMARY KEY)`);
+      await app.get(Orders).place('kept');
+      const error = await app
+        .get(Orders)
+        .place('dropped', true)
+        .catch((e: unknown) => e);
+      expect((error as Error).message).toBe('business rule');
+      expect(await until(() => app.get(Delivered).ids.includes('kept'))).toBe(true);
+      await app.get(OutboxDispatcher).drain();
+      expect(app.get(Delivered).ids).toEqual(['kept']);
+      expect(await rows(`SELECT id FROM ${prefix}orders`)).toEqual([{ id: 'kept' }]);
+      expect(await rows(`SELECT event_key FROM ${prefix}events`)).toEqual([{ event_key: 'kept' }]);
+    } finally {
+      await (await mikroStoreFor(orm, prefix)).drop();
+      await app.close();
+    }
   });
 });

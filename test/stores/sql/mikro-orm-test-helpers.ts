@@ -40,7 +40,7 @@ export async function openOrm(prefix: string, poolMax = 10): Promise<MikroORM<Po
 }
 
 /** Creates the outbox tables for `prefix` through the MikroORM executor; a store and helpers. */
-export async function mikroStoreFor(orm: MikroORM<PostgreSqlDriver>, prefix: string) {
+export async function mikroStoreFor(orm: MikroORM, prefix: string) {
   const executor = mikroOrmExecutor(orm);
   await ensureOutboxSchema(executor, { tablePrefix: prefix });
   const store = new SqlOutboxStore(executor, { tablePrefix: prefix });
