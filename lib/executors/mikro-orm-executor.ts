@@ -138,23 +138,30 @@ class MikroOrmExecutor implements SqlExecutor {
     }
   }
 
-  transaction<T>(
+  async transaction<T>(
     fn: (connection: SqlConnection) => Promise<T>,
     options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
-    return this.connection(async (connection) => {
-      const run = (text: string) => connection.query({ text, params: [] });
+    const knex = this.knexClient;
+    const client = await knex.acquireConnection();
+    const connection = new PgConnection(new DefaultTypesClient(client, this.types));
+    const run = (text: string) => connection.query({ text, params: [] });
+    try {
       await run(options.isolation ? `BEGIN ISOLATION LEVEL ${options.isolation}` : 'BEGIN');
       try {
         const result = await fn(connection);
         await run('COMMIT');
         return result;
       } catch (error) {
-        // A connection that cannot roll back stays in a failed state; knex validates it on reuse.
-        await run('ROLLBACK').catch(() => undefined);
+        // A connection that cannot roll back is closed: knex's pool drops an ended connection.
+        await run('ROLLBACK').catch(() =>
+          (client as { end?(): Promise<void> }).end?.().catch(() => undefined),
+        );
         throw error;
       }
-    });
+    } finally {
+      await knex.releaseConnection(client);
+    }
   }
 
   /**

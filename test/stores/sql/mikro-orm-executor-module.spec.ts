@@ -384,6 +384,26 @@ describeWithService('postgres', 'mikroOrmExecutor: its own parts', () => {
     expect((inTx as { code?: string }).code).toBe('23505');
   });
 
+  it('a transaction whose connection died: the error is rethrown and the pool serves working connections', async () => {
+    const executor = mikroOrmExecutor(orm);
+    const error = await executor
+      .transaction(async (connection) => {
+        const { rows } = await connection.query({
+          text: 'SELECT pg_backend_pid() AS pid',
+          params: [],
+        });
+        await executor.query({ text: 'SELECT pg_terminate_backend($1)', params: [rows[0].pid] });
+        throw new Error('after terminate');
+      })
+      .catch((e: unknown) => e);
+    expect((error as Error).message).toBe('after terminate');
+    for (let i = 0; i < 5; i++) {
+      expect((await executor.query({ text: 'SELECT 1 AS one', params: [] })).rows).toEqual([
+        { one: 1 },
+      ]);
+    }
+  });
+
   it('ownsClient: the MikroORM instance and its EntityManagers, not another ORM’s', async () => {
     const executor = mikroOrmExecutor(orm);
     expect(executor.ownsClient!(orm)).toBe(true);
