@@ -2,6 +2,7 @@
 export { drizzleExecutor } from './drizzle-executor';
 export { kyselyExecutor } from './kysely-executor';
 export type { KyselyExecutorOptions } from './kysely-executor';
+export { mikroOrmExecutor } from './mikro-orm-executor';
 export { pgExecutor } from './pg-executor';
 export type {
   CallerTransaction,
