@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Body, Controller, INestApplication, Injectable, Module, Post } from '@nestjs/common';
+import { ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import {
@@ -113,6 +114,7 @@ describeWithService('postgres', '@Inbox() through a non-TypeORM executor, in an 
       await client.query(`CREATE TABLE ${effects} (key text NOT NULL, what text NOT NULL)`);
       @Module({
         imports: [
+          ScheduleModule.forRoot(),
           OutboxModule.forRoot({
             store: {
               type: 'sql',
