@@ -51,7 +51,7 @@ export class AmbientTransactions {
     const host = this.transactionHost() as
       (TransactionHostLike & { setTxInstance?: (tx: unknown) => void }) | null;
     if (!host || host.isTransactionActive()) return fn();
-    if (executor.ownsClient?.(host.tx) !== true) return fn();
+    if (!executor.ownsClient(host.tx)) return fn();
     // TransactionHost has no public "join this transaction"; this is what its own
     // runWithTransaction does (a nested CLS context holding the transaction). Tested against the
     // supported @nestjs-cls/transactional versions; a version without it keeps the old behaviour.

@@ -74,6 +74,7 @@ export class InboxStore {
   ) {
     this.executor = isSqlExecutor(source) ? source : new TypeOrmExecutor(source);
     this.dialect = inboxDialectOf(this.executor, field);
+    // An executor written against an earlier version of the interface (before @Inbox() used it).
     if (typeof this.executor.clientTransaction !== 'function') {
       throw new OutboxOptionsError(
         field,
@@ -184,7 +185,7 @@ export class InboxStore {
         lockTimeoutMs,
       );
       try {
-        const value = await this.executor.clientTransaction!(
+        const value = await this.executor.clientTransaction(
           async (tx, connection) => {
             if (!(await sendClaim(connection, statements))) throw NOT_CLAIMED;
             return work(tx);

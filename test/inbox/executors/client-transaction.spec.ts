@@ -31,7 +31,7 @@ describeWithService('postgres', 'SqlExecutor.clientTransaction', () => {
       (await c.query(`SELECT id FROM ${table} ORDER BY id`)).map((r) => r.id as string);
 
     it("commits the app's write through tx and the store's through the connection together", async () => {
-      const result = await c.executor.clientTransaction!(async (tx, connection) => {
+      const result = await c.executor.clientTransaction(async (tx, connection) => {
         await c.run(tx, `INSERT INTO ${table} (id) VALUES ('app-1')`);
         await connection.query({
           text: `INSERT INTO ${table} (id) VALUES ($1)`,
@@ -45,21 +45,23 @@ describeWithService('postgres', 'SqlExecutor.clientTransaction', () => {
     });
 
     it('rolls both back and rethrows when fn throws', async () => {
-      const error = await c.executor.clientTransaction!(async (tx, connection) => {
-        await c.run(tx, `INSERT INTO ${table} (id) VALUES ('app-2')`);
-        await connection.query({
-          text: `INSERT INTO ${table} (id) VALUES ($1)`,
-          params: ['store-2'],
-        });
-        throw new Boom('after the writes');
-      }).catch((e: unknown) => e);
+      const error = await c.executor
+        .clientTransaction(async (tx, connection) => {
+          await c.run(tx, `INSERT INTO ${table} (id) VALUES ('app-2')`);
+          await connection.query({
+            text: `INSERT INTO ${table} (id) VALUES ($1)`,
+            params: ['store-2'],
+          });
+          throw new Boom('after the writes');
+        })
+        .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(Boom);
       expect(await ids()).not.toContain('app-2');
       expect(await ids()).not.toContain('store-2');
     });
 
     it('hands a tx that transactionOf accepts, on the same transaction', async () => {
-      await c.executor.clientTransaction!(async (tx) => {
+      await c.executor.clientTransaction(async (tx) => {
         const caller = await c.executor.transactionOf(tx);
         await caller.connection.query({
           text: `INSERT INTO ${table} (id) VALUES ($1)`,
@@ -74,7 +76,7 @@ describeWithService('postgres', 'SqlExecutor.clientTransaction', () => {
     it.each(['READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE'] as const)(
       'opens the transaction at %s',
       async (isolation) => {
-        const seen = await c.executor.clientTransaction!(
+        const seen = await c.executor.clientTransaction(
           async (tx, connection) => ({
             app: (await c.run(tx, 'SHOW transaction_isolation'))[0].transaction_isolation,
             store: (await connection.query({ text: 'SHOW transaction_isolation', params: [] }))
@@ -97,12 +99,12 @@ describeWithService('postgres', 'SqlExecutor.clientTransaction', () => {
     });
 
     it('ownsClient: the object the executor was made from, not another client', async () => {
-      expect(c.executor.ownsClient!(c.client)).toBe(true);
-      expect(c.executor.ownsClient!({})).toBe(false);
-      expect(c.executor.ownsClient!(undefined)).toBe(false);
+      expect(c.executor.ownsClient(c.client)).toBe(true);
+      expect(c.executor.ownsClient({})).toBe(false);
+      expect(c.executor.ownsClient(undefined)).toBe(false);
       const other = await openExecutorClient(name, 1);
       try {
-        expect(c.executor.ownsClient!(other.client)).toBe(false);
+        expect(c.executor.ownsClient(other.client)).toBe(false);
       } finally {
         await other.close();
       }

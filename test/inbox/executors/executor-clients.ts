@@ -1,7 +1,7 @@
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle, NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { Kysely, sql as kyselySql } from 'kysely';
-import { Pool, PoolClient } from 'pg';
+import { PoolClient } from 'pg';
 import { DataSource, EntityManager } from 'typeorm';
 import { drizzleExecutor, kyselyExecutor, pgExecutor, SqlExecutor } from '../../../lib/executors';
 import { TypeOrmExecutor } from '../../../lib/executors/typeorm-executor';

@@ -230,7 +230,7 @@ describeWithService('postgres', 'pg error codes reach the inbox dialect', () => 
     it('lock timeout (55P03), deadlock (40P01) and serialization failure (40001), through the connection and through tx', async () => {
       const c = await openExecutorClient(name, 2);
       try {
-        const errors = await c.executor.clientTransaction!(async (tx, connection) => {
+        const errors = await c.executor.clientTransaction(async (tx, connection) => {
           const caught: Record<string, unknown[]> = {};
           for (const code of ['55P03', '40P01', '40001']) {
             // Each failure aborts the transaction: a savepoint keeps it usable for the next.
