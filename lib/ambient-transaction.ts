@@ -1,5 +1,5 @@
 import { DiscoveryService, type ModuleRef } from '@nestjs/core';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { SqlExecutor } from './executors/sql-executor';
 import { currentInboxScope } from './inbox/inbox.context';
 
 /** The parts of `@nestjs-cls/transactional`'s `TransactionHost` used here. */
@@ -10,7 +10,11 @@ interface TransactionHostLike {
 
 /** Where `append()` without `manager` found an open transaction to join. */
 export interface AmbientTransaction {
-  manager: unknown;
+  /**
+   * The transaction object of its client (TypeORM: an EntityManager): `append()` passes it as
+   * `manager` to a TypeORM store, as `tx` to the 'sql' store.
+   */
+  tx: unknown;
   /** Named in errors: `@Transactional()` or `@Inbox()`. */
   source: string;
 }
@@ -30,24 +34,24 @@ export class AmbientTransactions {
   /** The transaction `append()` without a manager must join, or null when there is none. */
   current(): AmbientTransaction | null {
     const host = this.transactionHost();
-    if (host?.isTransactionActive()) return { manager: host.tx, source: '@Transactional()' };
+    if (host?.isTransactionActive()) return { tx: host.tx, source: '@Transactional()' };
     const inbox = currentInboxScope();
-    if (inbox) return { manager: inbox.manager, source: '@Inbox()' };
+    if (inbox) return { tx: inbox.tx, source: '@Inbox()' };
     return null;
   }
 
   /**
-   * Runs `fn` with `manager` as `TransactionHost`'s active transaction, so `@Transactional()`
-   * methods (Propagation.Required) and `txHost.tx` inside an `@Inbox()` method write in the inbox
-   * transaction. Only when the host's adapter works on the inbox's DataSource: a host for another
-   * database keeps its own transactions.
+   * Runs `fn` with `tx` (the inbox transaction's object of `executor`'s client) as
+   * `TransactionHost`'s active transaction, so `@Transactional()` methods (Propagation.Required)
+   * and `txHost.tx` inside an `@Inbox()` method write in the inbox transaction. Only when the
+   * host's adapter works on the inbox's client (`executor.ownsClient(host.tx)`: its DataSource,
+   * Pool, Drizzle db, Kysely instance): a host for another database keeps its own transactions.
    */
-  runAsAmbient<T>(manager: EntityManager, fn: () => Promise<T>): Promise<T> {
+  runAsAmbient<T>(tx: unknown, executor: SqlExecutor, fn: () => Promise<T>): Promise<T> {
     const host = this.transactionHost() as
       (TransactionHostLike & { setTxInstance?: (tx: unknown) => void }) | null;
     if (!host || host.isTransactionActive()) return fn();
-    const fallback = host.tx as Partial<EntityManager> | undefined;
-    if (fallback?.connection !== (manager.connection as DataSource)) return fn();
+    if (!executor.ownsClient(host.tx)) return fn();
     // TransactionHost has no public "join this transaction"; this is what its own
     // runWithTransaction does (a nested CLS context holding the transaction). Tested against the
     // supported @nestjs-cls/transactional versions; a version without it keeps the old behaviour.
@@ -55,7 +59,7 @@ export class AmbientTransactions {
     if (typeof setTxInstance !== 'function') return fn();
     const { ClsServiceManager } = require('nestjs-cls') as typeof import('nestjs-cls');
     return ClsServiceManager.getClsService().run({ ifNested: 'inherit' }, () => {
-      setTxInstance.call(host, manager);
+      setTxInstance.call(host, tx);
       return fn().finally(() => setTxInstance.call(host, undefined));
     });
   }

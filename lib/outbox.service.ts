@@ -109,8 +109,8 @@ export class OutboxService {
     const stored = await this.store
       .append(events, {
         // (`null` is no transaction: `{ manager: this.tx ?? null }` follows the ambient rule.)
-        manager: options.manager ?? (sqlStore ? undefined : ambient?.manager) ?? undefined,
-        tx: options.tx ?? (sqlStore ? ambient?.manager : undefined) ?? undefined,
+        manager: options.manager ?? (sqlStore ? undefined : ambient?.tx) ?? undefined,
+        tx: options.tx ?? (sqlStore ? ambient?.tx : undefined) ?? undefined,
       })
       .catch((error: unknown) => {
         throw ambient ? refuseAmbient(ambient, error) : error;

@@ -35,6 +35,11 @@ function drizzleModules(): DrizzleModules {
   return { is, PgDatabase, PgTransaction };
 }
 
+/** Drizzle's `db.transaction(cb, config)`. */
+interface DrizzleTransactional {
+  transaction<T>(fn: (tx: object) => Promise<T>, config?: { isolationLevel: string }): Promise<T>;
+}
+
 /** The parts of a `pg` `Pool` the executor checks (it hands the pool to `pgExecutor`). */
 interface PgPoolLike {
   connect(): Promise<unknown>;
@@ -110,6 +115,34 @@ class DrizzleExecutor implements SqlExecutor {
     options?: { isolation?: SqlIsolationLevel },
   ): Promise<T> {
     return this.pg.transaction(fn, options);
+  }
+
+  /**
+   * `db.transaction(cb, { isolationLevel })`: `fn` gets Drizzle's `tx`, and the store's statements
+   * run on the `PoolClient` under it, as for a caller's `tx` (see `clientOf`).
+   */
+  clientTransaction<T>(
+    fn: (tx: unknown, connection: SqlConnection) => Promise<T>,
+    options: { isolation?: SqlIsolationLevel } = {},
+  ): Promise<T> {
+    const db = this.db as DrizzleTransactional;
+    const config = options.isolation
+      ? { isolationLevel: options.isolation.toLowerCase() }
+      : undefined;
+    return db.transaction(async (tx) => {
+      const client = clientOf(tx);
+      if (!client) {
+        throw new OutboxOptionsError(
+          'store.executor',
+          "drizzleExecutor(db): the Drizzle transaction runs on no node-postgres PoolClient (another driver than 'drizzle-orm/node-postgres'?)",
+        );
+      }
+      return fn(tx, new PgConnection(client));
+    }, config);
+  }
+
+  ownsClient(value: unknown): boolean {
+    return value === this.db;
   }
 
   /** Drizzle's `tx` (a `PgTransaction`) of this database, inside its open transaction. */

@@ -16,6 +16,9 @@ import {
 /** A compiled query as Kysely runs it (`CompiledQuery.raw(sql, parameters)`). */
 type KyselyCompiledQuery = object;
 
+/** Kysely's spelling of the isolation levels. */
+type KyselyIsolationLevel = Lowercase<SqlIsolationLevel>;
+
 /** The parts of a `Kysely` (root, connection or `Transaction`) the executor uses. */
 interface KyselyLike {
   readonly isTransaction: boolean;
@@ -26,7 +29,7 @@ interface KyselyLike {
   getExecutor(): { adapter: object };
   withoutPlugins(): KyselyLike;
   transaction(): {
-    setIsolationLevel(level: 'read committed'): ReturnType<KyselyLike['transaction']>;
+    setIsolationLevel(level: KyselyIsolationLevel): ReturnType<KyselyLike['transaction']>;
     execute<T>(fn: (trx: KyselyLike) => Promise<T>): Promise<T>;
   };
   connection(): { execute<T>(fn: (db: KyselyLike) => Promise<T>): Promise<T> };
@@ -67,6 +70,13 @@ class KyselyConnection implements SqlConnection {
   }
 }
 
+function begin(db: KyselyLike, isolation: SqlIsolationLevel | undefined) {
+  const builder = db.transaction();
+  return isolation
+    ? builder.setIsolationLevel(isolation.toLowerCase() as KyselyIsolationLevel)
+    : builder;
+}
+
 /**
  * `'T'` in a transaction, `'E'` in a failed one, `'I'` outside (the transaction ended: a COMMIT
  * sent by hand). One statement on the transaction's connection, as in `pgExecutor`.
@@ -98,13 +108,15 @@ class KyselyExecutor implements SqlExecutor {
   readonly client = 'Kysely';
   readonly txOption = 'tx';
   readonly dialect = 'postgres';
+  /** The db without its plugins: the store's statements and results keep their column names. */
   private readonly db: KyselyLike;
 
   constructor(
-    db: KyselyLike,
+    /** The app's db, plugins included: what `clientTransaction` hands the app. */
+    private readonly appDb: KyselyLike,
     private readonly pool: PgPoolLike | undefined,
   ) {
-    this.db = db.withoutPlugins();
+    this.db = appDb.withoutPlugins();
   }
 
   query(statement: SqlStatement): Promise<SqlRows> {
@@ -119,10 +131,24 @@ class KyselyExecutor implements SqlExecutor {
     fn: (connection: SqlConnection) => Promise<T>,
     options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
-    const builder = this.db.transaction();
-    return (options.isolation ? builder.setIsolationLevel('read committed') : builder).execute(
-      (trx) => fn(new KyselyConnection(trx)),
+    return begin(this.db, options.isolation).execute((trx) => fn(new KyselyConnection(trx)));
+  }
+
+  /**
+   * `db.transaction().setIsolationLevel(…).execute(cb)` on the app's db: `fn` gets the
+   * `Transaction` with the app's plugins; the store's statements run on it without them.
+   */
+  clientTransaction<T>(
+    fn: (trx: unknown, connection: SqlConnection) => Promise<T>,
+    options: { isolation?: SqlIsolationLevel } = {},
+  ): Promise<T> {
+    return begin(this.appDb, options.isolation).execute((trx) =>
+      fn(trx, new KyselyConnection(trx.withoutPlugins())),
     );
+  }
+
+  ownsClient(value: unknown): boolean {
+    return value === this.appDb;
   }
 
   /** A Kysely `Transaction` of this db inside an open transaction (see `transactionStatus`). */

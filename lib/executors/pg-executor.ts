@@ -110,8 +110,16 @@ class PgExecutor implements SqlExecutor {
     }
   }
 
-  async transaction<T>(
+  transaction<T>(
     fn: (connection: SqlConnection) => Promise<T>,
+    options?: { isolation?: SqlIsolationLevel },
+  ): Promise<T> {
+    return this.clientTransaction((_client, connection) => fn(connection), options);
+  }
+
+  /** `fn` gets the `PoolClient` after `BEGIN`: the app's queries on it join the transaction. */
+  async clientTransaction<T>(
+    fn: (client: unknown, connection: SqlConnection) => Promise<T>,
     options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
     const client = await this.pool.connect();
@@ -122,7 +130,7 @@ class PgExecutor implements SqlExecutor {
         values: [],
       });
       try {
-        const result = await fn(new PgConnection(client));
+        const result = await fn(client, new PgConnection(client));
         await client.query({ text: 'COMMIT', values: [] });
         return result;
       } catch (error) {
@@ -133,6 +141,10 @@ class PgExecutor implements SqlExecutor {
     } finally {
       client.release?.(broken);
     }
+  }
+
+  ownsClient(value: unknown): boolean {
+    return value === this.pool;
   }
 
   /** A `PoolClient` of this pool inside an open transaction (see `transactionStatus`). */

@@ -93,9 +93,9 @@ export interface SqlExecutor {
    * `Transaction`; Prisma: the interactive-transaction client; MikroORM: the forked
    * EntityManager) — and a connection that runs statements inside that same transaction. Commits
    * when `fn` resolves, rolls back and rethrows when it throws. `@Inbox()` runs its claim and the
-   * consumer's method in it, so both commit together. Absent: this executor cannot run `@Inbox()`.
+   * consumer's method in it, so both commit together.
    */
-  clientTransaction?<T>(
+  clientTransaction<T>(
     fn: (tx: unknown, connection: SqlConnection) => Promise<T>,
     options?: { isolation?: SqlIsolationLevel },
   ): Promise<T>;
@@ -105,7 +105,7 @@ export interface SqlExecutor {
    * its manager). `@Inbox()` makes its transaction the `@nestjs-cls/transactional` host's only
    * when the host's client outside a transaction (`TransactionHost.tx`) is this executor's.
    */
-  ownsClient?(value: unknown): boolean;
+  ownsClient(value: unknown): boolean;
   /**
    * The caller's open transaction `tx` belongs to (this client's own transaction object), or an
    * `OutboxValidationError` naming `options.<txOption>` that says what to pass instead: `tx` is

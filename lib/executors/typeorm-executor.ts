@@ -126,6 +126,24 @@ export class TypeOrmExecutor implements SqlExecutor {
     }
   }
 
+  /** A transaction on its own query runner; `fn` gets the runner's EntityManager (`@Inbox()`). */
+  async clientTransaction<T>(
+    fn: (manager: unknown, connection: TypeOrmConnection) => Promise<T>,
+    options: { isolation?: SqlIsolationLevel } = {},
+  ): Promise<T> {
+    return this.transaction((connection) => fn(connection.runner.manager, connection), options);
+  }
+
+  /** The DataSource itself, or an EntityManager of it (`@nestjs-cls/transactional`'s `tx`). */
+  ownsClient(value: unknown): boolean {
+    return (
+      value === this.dataSource ||
+      (typeof value === 'object' &&
+        value !== null &&
+        (value as { connection?: unknown }).connection === this.dataSource)
+    );
+  }
+
   /** The open transaction a caller's EntityManager or QueryRunner belongs to, or a clear refusal. */
   async transactionOf(manager: unknown): Promise<CallerTransaction> {
     const runner = this.runnerOf(manager);

@@ -1,26 +1,41 @@
 import { createParamDecorator } from '@nestjs/common';
-import { INBOX_MANAGER_PARAMS_METADATA } from './inbox.constants';
-import { currentInboxScope } from './inbox.context';
-import { InboxContextError } from '../errors/inbox-context.error';
+import { INBOX_MANAGER_PARAMS_METADATA, INBOX_TX_PARAMS_METADATA } from './inbox.constants';
+import { inboxManagerOf, requireInboxScope } from './inbox.context';
 
-const managerParam = createParamDecorator((_data: unknown) => {
-  // Nest resolves parameters after the interceptors, inside the inbox's async scope.
-  const scope = currentInboxScope();
-  if (!scope) throw new InboxContextError();
-  return scope.manager;
-});
+// Nest resolves parameters after the interceptors, inside the inbox's async scope.
+const managerParam = createParamDecorator((_data: unknown) => inboxManagerOf(requireInboxScope()));
+const txParam = createParamDecorator((_data: unknown) => requireInboxScope().tx);
 
 /**
- * Injects the inbox transaction's `EntityManager` into an HTTP or microservice handler parameter.
- * Outbox handlers are called with `(event, context)` only; they use the injectable `InboxContext`.
+ * A parameter decorator that also lists its index under `metadataKey` on the method, so the
+ * inbox can refuse it where it cannot work (outbox handlers).
  */
-export function InboxManager(): ParameterDecorator {
+function inboxParam(metadataKey: string, param: () => ParameterDecorator): ParameterDecorator {
   return (target, key, index) => {
     if (key !== undefined) {
       const method = (target as Record<string | symbol, unknown>)[key] as object;
-      const indexes: number[] = Reflect.getMetadata(INBOX_MANAGER_PARAMS_METADATA, method) ?? [];
-      Reflect.defineMetadata(INBOX_MANAGER_PARAMS_METADATA, [...indexes, index], method);
+      const indexes: number[] = Reflect.getMetadata(metadataKey, method) ?? [];
+      Reflect.defineMetadata(metadataKey, [...indexes, index], method);
     }
-    managerParam()(target, key, index);
+    param()(target, key, index);
   };
+}
+
+/**
+ * Injects the inbox transaction's `EntityManager` into an HTTP or microservice handler parameter
+ * (TypeORM inbox; for another client use `@InboxTx()`). Outbox handlers are called with
+ * `(event, context)` only; they use the injectable `InboxContext`.
+ */
+export function InboxManager(): ParameterDecorator {
+  return inboxParam(INBOX_MANAGER_PARAMS_METADATA, managerParam);
+}
+
+/**
+ * Injects the inbox transaction's object of its client into an HTTP or microservice handler
+ * parameter: node-postgres' `PoolClient`, Drizzle's `tx`, Kysely's `Transaction`, TypeORM's
+ * `EntityManager`. Writes through it commit or roll back with the inbox record. Outbox handlers
+ * use `InboxContext.tx`.
+ */
+export function InboxTx(): ParameterDecorator {
+  return inboxParam(INBOX_TX_PARAMS_METADATA, txParam);
 }

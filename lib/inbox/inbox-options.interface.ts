@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { SqlExecutor } from '../executors/sql-executor';
 
 /** Transaction isolation of the inbox transaction (what TypeORM accepts). */
 export type InboxIsolationLevel =
@@ -17,6 +18,13 @@ export interface OutboxInboxOptions {
   dataSource?: unknown;
   /** Injection token of that DataSource (e.g. `getDataSourceToken()` from `@nestjs/typeorm`). */
   dataSourceToken?: InboxDataSourceToken;
+  /**
+   * The executor of another client holding the inbox table (`pgExecutor(pool)`,
+   * `drizzleExecutor(db)`, `kyselyExecutor(db)`); consumers write through its transaction object
+   * (`@InboxTx()`). Not together with `dataSource` / `dataSourceToken`.
+   * @default the 'sql' store's executor when `store.type` is `'sql'`
+   */
+  executor?: SqlExecutor;
   /**
    * How long a processed message is remembered. Must exceed the longest time a duplicate can still
    * arrive: the broker's or dispatcher's whole retry span plus your replay window.
@@ -49,6 +57,7 @@ export interface ResolvedInboxOptions {
   explicit: boolean;
   dataSource?: unknown;
   dataSourceToken?: InboxDataSourceToken;
+  executor?: SqlExecutor;
   retentionMs: number;
   cleanupIntervalMs: number;
   cleanupBatchSize: number;
@@ -91,6 +100,8 @@ export interface InboxOptions {
   duplicateResult?: unknown;
   /** Run this consumer's inbox on another DataSource (an injection token or the instance). */
   dataSource?: InboxDataSourceToken | object;
+  /** Run this consumer's inbox through another executor (another database or client). */
+  executor?: SqlExecutor;
   /** @default the module's `inbox.isolationLevel` */
   isolationLevel?: InboxIsolationLevel;
   /** @default the module's `inbox.lockTimeoutMs` */

@@ -1,6 +1,7 @@
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OptionKeys, positiveInt, refuseUnknownKeys } from '../option-fields';
 import type { OutboxStoreOptions } from '../interfaces/outbox-module-options.interface';
+import { isSqlExecutor, SqlExecutor } from '../executors/sql-executor';
 import { IDENTIFIER } from './dialects';
 import {
   InboxIsolationLevel,
@@ -23,6 +24,7 @@ const ISOLATION_LEVELS: InboxIsolationLevel[] = [
 const INBOX_KEYS = {
   dataSource: true,
   dataSourceToken: true,
+  executor: true,
   retentionMs: true,
   cleanupIntervalMs: true,
   cleanupBatchSize: true,
@@ -38,9 +40,32 @@ export function isIsolationLevel(value: unknown): value is InboxIsolationLevel {
 }
 
 /**
- * Defaults and validation of `options.inbox`. Without it, the inbox follows the TypeORM store
- * (same DataSource, same table prefix); with another store and no `inbox` option, `@Inbox()`
- * needs a per-decorator `dataSource`. Returns `null` when there is no module-level inbox.
+ * Refuses an executor beside a DataSource (`path` is `inbox` or `@Inbox`): the inbox runs on one
+ * client, and which one the app meant cannot be guessed.
+ */
+export function refuseExecutorWith(
+  o: { dataSource?: unknown; dataSourceToken?: unknown },
+  path: string,
+  error: (field: string, reason: string) => Error = (field, reason) =>
+    new OutboxOptionsError(field, reason),
+): void {
+  const other =
+    o.dataSource !== undefined
+      ? 'dataSource'
+      : o.dataSourceToken !== undefined
+        ? 'dataSourceToken'
+        : null;
+  if (!other) return;
+  throw error(
+    `${path}.executor`,
+    `give executor or ${other}, not both: the inbox runs on one client (executor for node-postgres, Drizzle or Kysely; ${other} for TypeORM)`,
+  );
+}
+
+/**
+ * Defaults and validation of `options.inbox`. Without it, the inbox follows the TypeORM or SQL
+ * store (same DataSource or executor, same table prefix); with another store and no `inbox`
+ * option, `@Inbox()` needs a per-decorator `dataSource` or `executor`. Returns `null` when there is no module-level inbox.
  */
 export function resolveInboxOptions(
   value: unknown,
@@ -54,7 +79,7 @@ export function resolveInboxOptions(
   }
   const o = (value ?? {}) as Record<string, unknown>;
   refuseUnknownKeys('inbox', o, INBOX_KEYS);
-  const fromStore = store.type === 'typeorm' ? store : undefined;
+  const fromStore = store.type === 'typeorm' || store.type === 'sql' ? store : undefined;
   if (value === undefined && !fromStore) return null;
 
   if (o.dataSource !== undefined && o.dataSourceToken !== undefined) {
@@ -66,11 +91,21 @@ export function resolveInboxOptions(
   if (o.dataSource !== undefined && (typeof o.dataSource !== 'object' || o.dataSource === null)) {
     throw new OutboxOptionsError('inbox.dataSource', 'expected a TypeORM DataSource instance');
   }
-  const explicit = o.dataSource !== undefined || o.dataSourceToken !== undefined;
+  if (o.executor !== undefined) {
+    refuseExecutorWith(o, 'inbox');
+    if (!isSqlExecutor(o.executor)) {
+      throw new OutboxOptionsError(
+        'inbox.executor',
+        'expected an executor such as pgExecutor(pool), drizzleExecutor(db) or kyselyExecutor(db)',
+      );
+    }
+  }
+  const explicit =
+    o.dataSource !== undefined || o.dataSourceToken !== undefined || o.executor !== undefined;
   if (!explicit && !fromStore) {
     throw new OutboxOptionsError(
       'inbox.dataSource',
-      "the inbox needs a TypeORM DataSource: set inbox.dataSource or inbox.dataSourceToken (only the 'typeorm' store provides one by default)",
+      "the inbox needs a TypeORM DataSource or an executor: set inbox.dataSource, inbox.dataSourceToken or inbox.executor (only the 'typeorm' and 'sql' stores provide one by default)",
     );
   }
   if (o.isolationLevel !== undefined && !isIsolationLevel(o.isolationLevel)) {
@@ -79,6 +114,8 @@ export function resolveInboxOptions(
       `expected one of ${ISOLATION_LEVELS.join(', ')}, got ${JSON.stringify(o.isolationLevel)}`,
     );
   }
+  const typeOrmStore = store.type === 'typeorm' ? store : undefined;
+  const sqlStore = store.type === 'sql' ? store : undefined;
   const tablePrefix = o.tablePrefix ?? fromStore?.tablePrefix ?? 'outbox_';
   if (typeof tablePrefix !== 'string' || !(tablePrefix === '' || IDENTIFIER.test(tablePrefix))) {
     throw new OutboxOptionsError(
@@ -95,9 +132,10 @@ export function resolveInboxOptions(
   }
   return {
     explicit: value !== undefined,
-    dataSource: explicit ? o.dataSource : fromStore?.dataSource,
-    dataSourceToken: (explicit ? o.dataSourceToken : fromStore?.dataSourceToken) as
+    dataSource: explicit ? o.dataSource : typeOrmStore?.dataSource,
+    dataSourceToken: (explicit ? o.dataSourceToken : typeOrmStore?.dataSourceToken) as
       ResolvedInboxOptions['dataSourceToken'] | undefined,
+    executor: (explicit ? o.executor : sqlStore?.executor) as SqlExecutor | undefined,
     retentionMs: positiveInt('inbox.retentionMs', o.retentionMs, DEFAULT_INBOX_RETENTION_MS, 1),
     cleanupIntervalMs: positiveInt('inbox.cleanupIntervalMs', o.cleanupIntervalMs, 60_000, 0),
     cleanupBatchSize: positiveInt('inbox.cleanupBatchSize', o.cleanupBatchSize, 1_000, 1),

@@ -2,6 +2,8 @@
 export const INBOX_METADATA = 'outbox:inbox';
 /** Metadata key listing the parameter indexes decorated with `@InboxManager()`. */
 export const INBOX_MANAGER_PARAMS_METADATA = 'outbox:inbox-manager-params';
+/** Metadata key listing the parameter indexes decorated with `@InboxTx()`. */
+export const INBOX_TX_PARAMS_METADATA = 'outbox:inbox-tx-params';
 /** Name of the inbox retention interval in `@nestjs/schedule`'s `SchedulerRegistry`. */
 export const INBOX_CLEANUP_INTERVAL = 'nestjs-outbox:inbox-cleanup';
 /** Longest accepted `messageId` and `consumer` (the key columns are 255 characters). */

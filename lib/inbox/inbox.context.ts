@@ -5,8 +5,14 @@ import { InboxContextError } from '../errors/inbox-context.error';
 
 /** What an `@Inbox()` method runs inside. */
 export interface InboxScope {
-  /** The inbox transaction's manager; writes through it commit or roll back with the claim. */
-  manager: EntityManager;
+  /**
+   * The inbox transaction's object of its client (TypeORM: the EntityManager; node-postgres: the
+   * PoolClient; Drizzle: `tx`; Kysely: the `Transaction`); writes through it commit or roll back
+   * with the claim.
+   */
+  tx: unknown;
+  /** The client that opened it, as the executor names it (`TypeORM`, `node-postgres`, …). */
+  client: string;
   consumer: string;
   messageId: string;
 }
@@ -23,9 +29,23 @@ export function currentInboxScope(): InboxScope | undefined {
   return storage.getStore();
 }
 
+/** The running scope, or `InboxContextError` outside an `@Inbox()` method. */
+export function requireInboxScope(): InboxScope {
+  const scope = storage.getStore();
+  if (!scope) throw new InboxContextError();
+  return scope;
+}
+
+/** The scope's TypeORM EntityManager; an inbox of another client has none (it has `tx`). */
+export function inboxManagerOf(scope: InboxScope): EntityManager {
+  if (scope.client !== 'TypeORM') throw new InboxContextError(scope.client);
+  return scope.tx as EntityManager;
+}
+
 /**
  * The running inbox transaction, injectable anywhere: a repository used by an `@Inbox()` method
- * can write through `inboxContext.manager` and join the claim's transaction.
+ * can write through `inboxContext.tx` (TypeORM: `inboxContext.manager`) and join the claim's
+ * transaction.
  */
 @Injectable()
 export class InboxContext {
@@ -34,22 +54,28 @@ export class InboxContext {
     return storage.getStore() !== undefined;
   }
 
-  /** The transaction's `EntityManager`; throws `InboxContextError` outside an `@Inbox()` method. */
+  /**
+   * The transaction's `EntityManager` (TypeORM inbox); throws `InboxContextError` outside an
+   * `@Inbox()` method, and for an inbox of another client (use `tx` there).
+   */
   get manager(): EntityManager {
-    return this.scope.manager;
+    return inboxManagerOf(requireInboxScope());
+  }
+
+  /**
+   * The transaction object of the inbox's client: TypeORM's EntityManager, node-postgres'
+   * PoolClient, Drizzle's `tx`, Kysely's `Transaction`. Type it as your client's:
+   * `inboxContext.tx as Transaction<DB>`. Throws `InboxContextError` outside an `@Inbox()` method.
+   */
+  get tx(): unknown {
+    return requireInboxScope().tx;
   }
 
   get messageId(): string {
-    return this.scope.messageId;
+    return requireInboxScope().messageId;
   }
 
   get consumer(): string {
-    return this.scope.consumer;
-  }
-
-  private get scope(): InboxScope {
-    const scope = storage.getStore();
-    if (!scope) throw new InboxContextError();
-    return scope;
+    return requireInboxScope().consumer;
   }
 }

@@ -70,8 +70,8 @@ export class InboxInterceptor implements NestInterceptor {
         { consumer, messageId: recordId },
         // The handler may return an Observable (microservice replies, streams): all of its values
         // are collected inside the transaction so nothing runs after the commit, then replayed.
-        (manager) =>
-          runInInboxScope({ manager, consumer, messageId }, () =>
+        (tx: unknown, client) =>
+          runInInboxScope({ tx, client, consumer, messageId }, () =>
             lastValueFrom(next.handle().pipe(toArray())),
           ),
         { ...options, fingerprint },

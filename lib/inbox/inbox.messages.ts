@@ -9,8 +9,8 @@ export const InboxMessages = {
   cleanupFailed: (table: string, error: unknown) =>
     `Inbox retention on ${table} failed: ${describe(error)}`,
   notConfigured: (where: string) =>
-    `@Inbox() on ${where} has no DataSource: configure InboxModule.forRoot({ dataSource }) or OutboxModule.forRoot({ inbox: { dataSource } }), ` +
-    "use the 'typeorm' store, or pass @Inbox({ dataSource: token })",
+    `@Inbox() on ${where} has no DataSource: configure InboxModule.forRoot({ dataSource | executor }) or OutboxModule.forRoot({ inbox: { dataSource | executor } }), ` +
+    "use the 'typeorm' or 'sql' store, or pass @Inbox({ dataSource: token }) or @Inbox({ executor })",
   moduleMissing: () =>
     '@Inbox() needs InboxModule or OutboxModule: import InboxModule.forRoot({ dataSource }) (consumers only) ' +
     'or OutboxModule.forRoot({ …, inbox: { … } }) in the application',
@@ -23,6 +23,11 @@ export const InboxMessages = {
   managerOnOutboxHandler: (where: string) =>
     `@InboxManager() on ${where} cannot work: outbox handlers are called with (event, context) only. ` +
     'Inject InboxContext and use inboxContext.manager instead.',
+  txOnOutboxHandler: (where: string) =>
+    `@InboxTx() on ${where} cannot work: outbox handlers are called with (event, context) only. ` +
+    'Inject InboxContext and use inboxContext.tx instead.',
+  notAnExecutor: (where: string) =>
+    `@Inbox() on ${where}: executor is not an executor; pass pgExecutor(pool), drizzleExecutor(db) or kyselyExecutor(db)`,
   badConsumer: (where: string, reason: string) => `@Inbox() on ${where}: consumer ${reason}`,
   badIsolationLevel: (where: string, value: unknown) =>
     `@Inbox() on ${where}: isolationLevel ${JSON.stringify(value)} is not READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ or SERIALIZABLE`,

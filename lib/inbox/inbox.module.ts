@@ -7,8 +7,8 @@ import { resolveInboxOptions } from './inbox-options';
 import { InboxService } from './inbox.service';
 
 /**
- * `@Inbox()` for services that only consume: `InboxModule.forRoot({ dataSource | dataSourceToken })`
- * or `forRootAsync({ imports, inject, useFactory })`. No outbox store, dispatcher or
+ * `@Inbox()` for services that only consume: `InboxModule.forRoot({ dataSource | dataSourceToken |
+ * executor })` or `forRootAsync({ imports, inject, useFactory })`. No outbox store, dispatcher or
  * `@nestjs/schedule` is needed (the retention job runs on its own timer then). An app that also
  * imports `OutboxModule` configures the inbox there (`OutboxModule.forRoot({ inbox })`) instead.
  */

@@ -16,15 +16,22 @@ import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { AmbientTransactions } from '../ambient-transaction';
 import { OUTBOX_HANDLER_METADATA } from '../outbox.constants';
 import { OptionKeys, refuseUnknownKeys } from '../option-fields';
+import { isSqlExecutor, SqlExecutor } from '../executors/sql-executor';
 import {
   INBOX_CLEANUP_INTERVAL,
   INBOX_MANAGER_PARAMS_METADATA,
   INBOX_METADATA,
   INBOX_RESOLVED_OPTIONS,
+  INBOX_TX_PARAMS_METADATA,
 } from './inbox.constants';
 import { InboxMessages } from './inbox.messages';
 import { normalizeKey, MissingMessageId } from './inbox-message-id';
-import { DEFAULT_INBOX_RETENTION_MS, isIsolationLevel, MAX_LOCK_TIMEOUT_MS } from './inbox-options';
+import {
+  DEFAULT_INBOX_RETENTION_MS,
+  isIsolationLevel,
+  MAX_LOCK_TIMEOUT_MS,
+  refuseExecutorWith,
+} from './inbox-options';
 import {
   InboxIsolationLevel,
   InboxOptions,
@@ -42,15 +49,12 @@ export interface InboxTracing {
 
 const DEFAULT_KEY = Symbol('default inbox DataSource');
 
-/**
- * Runs `@Inbox()` consumers: resolves their DataSources, creates the table where allowed,
- * counts outcomes and runs the retention job.
- */
 const INBOX_DECORATOR_KEYS = {
   messageId: true,
   consumer: true,
   duplicateResult: true,
   dataSource: true,
+  executor: true,
   isolationLevel: true,
   lockTimeoutMs: true,
   noAck: true,
@@ -58,13 +62,20 @@ const INBOX_DECORATOR_KEYS = {
   fingerprint: true,
 } satisfies OptionKeys<InboxOptions>;
 
+/** Where a consumer's inbox runs: a TypeORM DataSource, or another client's executor. */
+type InboxSource = DataSource | SqlExecutor;
+
+/**
+ * Runs `@Inbox()` consumers: resolves their DataSources or executors, creates the table where
+ * allowed, counts outcomes and runs the retention job.
+ */
 @Injectable()
 export class InboxService
   implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown
 {
   private readonly logger = new Logger('OutboxInbox');
   private readonly stores = new Map<unknown, Promise<InboxStore>>();
-  private readonly byDataSource = new Map<DataSource, Promise<InboxStore>>();
+  private readonly bySource = new Map<InboxSource, Promise<InboxStore>>();
   private readonly counters: InboxStats = {
     processed: 0,
     duplicates: 0,
@@ -97,7 +108,7 @@ export class InboxService
     for (const wrapper of [...this.discovery.getControllers(), ...this.discovery.getProviders()]) {
       for (const { where, method, options } of this.inboxMethods(wrapper)) {
         this.validate(where, method, options);
-        pending.push(this.storeFor(options.dataSource, where));
+        pending.push(this.storeFor(options.executor ?? options.dataSource, where));
       }
     }
     // The inbox that follows the TypeORM store exists only for apps that use it: an app without
@@ -110,7 +121,7 @@ export class InboxService
 
   onApplicationBootstrap(): void {
     const interval = this.config?.cleanupIntervalMs ?? 60_000;
-    if (interval === 0 || this.byDataSource.size === 0) return;
+    if (interval === 0 || this.bySource.size === 0) return;
     this.cleanupTimer = setInterval(() => void this.cleanup().catch(() => undefined), interval);
     this.cleanupTimer.unref();
     this.scheduler = this.resolveScheduler();
@@ -135,21 +146,25 @@ export class InboxService
 
   /**
    * Runs `work` once per `(consumer, messageId)` in an inbox transaction on the consumer's
-   * DataSource (see `@Inbox()`); used by the interceptor, callable directly for custom consumers.
+   * DataSource or executor (see `@Inbox()`); used by the interceptor, callable directly for custom
+   * consumers. `work` gets the transaction object of the inbox's client (`Tx`: TypeORM's
+   * EntityManager by default; node-postgres' PoolClient, Drizzle's `tx`, Kysely's `Transaction`)
+   * and that client's name (`TypeORM`, `node-postgres`, …).
    */
-  async run<T>(
+  async run<T, Tx = EntityManager>(
     key: { consumer: string; messageId: string },
-    work: (manager: EntityManager) => Promise<T>,
-    options: Pick<InboxOptions, 'dataSource' | 'isolationLevel' | 'lockTimeoutMs'> & {
+    work: (tx: Tx, client: string) => Promise<T>,
+    options: Pick<InboxOptions, 'dataSource' | 'executor' | 'isolationLevel' | 'lockTimeoutMs'> & {
       fingerprint?: string;
     } = {},
   ): Promise<InboxRunResult<T>> {
-    const store = await this.storeFor(options.dataSource, key.consumer);
+    const store = await this.storeFor(options.executor ?? options.dataSource, key.consumer);
+    const { executor } = store;
     try {
       const result = await store.run(
         key.consumer,
         key.messageId,
-        (manager) => this.ambient.runAsAmbient(manager, () => work(manager)),
+        (tx: Tx) => this.ambient.runAsAmbient(tx, executor, () => work(tx, executor.client)),
         {
           isolationLevel: options.isolationLevel ?? this.config?.isolationLevel,
           lockTimeoutMs: options.lockTimeoutMs ?? this.config?.lockTimeoutMs,
@@ -179,7 +194,7 @@ export class InboxService
   async cleanup(): Promise<InboxCleanupResult[]> {
     const run = (async () => {
       const results: InboxCleanupResult[] = [];
-      for (const pending of this.byDataSource.values()) {
+      for (const pending of this.bySource.values()) {
         const store = await pending.catch(() => null);
         if (!store) continue;
         try {
@@ -208,32 +223,38 @@ export class InboxService
     return run;
   }
 
-  /** The inbox store of a consumer's DataSource (the module default when none is given). */
-  storeFor(dataSource: InboxOptions['dataSource'], where: string): Promise<InboxStore> {
-    const key = dataSource ?? DEFAULT_KEY;
+  /**
+   * The inbox store of a consumer's DataSource or executor (the module default when none is
+   * given).
+   */
+  storeFor(
+    source: InboxOptions['dataSource'] | SqlExecutor | undefined,
+    where: string,
+  ): Promise<InboxStore> {
+    const key = source ?? DEFAULT_KEY;
     const known = this.stores.get(key);
     if (known) return known;
-    let instance: DataSource;
+    let instance: InboxSource;
     try {
-      instance = this.resolveDataSource(dataSource, where);
+      instance = isSqlExecutor(source) ? source : this.resolveSource(source, where);
     } catch (error) {
       // Not cached, so every later call reports the configuration error again.
       return Promise.reject(error);
     }
     // Two tokens may name one DataSource: they share one store (and SQLite's transaction queue).
-    let store = this.byDataSource.get(instance);
+    let store = this.bySource.get(instance);
     if (!store) {
       store = this.prepare(instance);
-      this.byDataSource.set(instance, store);
-      store.catch(() => this.byDataSource.delete(instance));
+      this.bySource.set(instance, store);
+      store.catch(() => this.bySource.delete(instance));
     }
     this.stores.set(key, store);
     store.catch(() => this.stores.delete(key));
     return store;
   }
 
-  private async prepare(dataSource: DataSource): Promise<InboxStore> {
-    const store = new InboxStore(dataSource, {
+  private async prepare(source: InboxSource): Promise<InboxStore> {
+    const store = new InboxStore(source, {
       tablePrefix: this.config?.tablePrefix,
       schema: this.config?.schema,
     });
@@ -245,10 +266,11 @@ export class InboxService
     return store;
   }
 
-  private resolveDataSource(dataSource: InboxOptions['dataSource'], where: string): DataSource {
+  private resolveSource(dataSource: InboxOptions['dataSource'], where: string): InboxSource {
     let value: unknown = dataSource;
     if (value === undefined) {
       if (!this.config) throw new OutboxOptionsError('inbox', InboxMessages.notConfigured(where));
+      if (this.config.executor) return this.config.executor;
       // The default connection of @nestjs/typeorm is registered under the DataSource class.
       value =
         this.config.dataSource ??
@@ -294,6 +316,14 @@ export class InboxService
       throw refuse('options', `expected an object, got ${JSON.stringify(options)}`);
     }
     refuseUnknownKeys('', options, INBOX_DECORATOR_KEYS, refuse);
+    if (options.executor !== undefined) {
+      refuseExecutorWith(options, '@Inbox', (field, reason) =>
+        refuse(field.slice('@Inbox.'.length), reason),
+      );
+      if (!isSqlExecutor(options.executor)) {
+        throw new OutboxOptionsError('@Inbox executor', InboxMessages.notAnExecutor(where));
+      }
+    }
     if (options.consumer !== undefined) {
       const consumer = normalizeKey(options.consumer, 'consumer');
       if (consumer instanceof MissingMessageId) {
@@ -356,8 +386,14 @@ export class InboxService
     }
     const managerParams = Reflect.getMetadata(INBOX_MANAGER_PARAMS_METADATA, method) as
       number[] | undefined;
-    if (managerParams?.length && this.reflector.get(OUTBOX_HANDLER_METADATA, method as never)) {
-      throw new OutboxOptionsError('@InboxManager', InboxMessages.managerOnOutboxHandler(where));
+    const txParams = Reflect.getMetadata(INBOX_TX_PARAMS_METADATA, method) as number[] | undefined;
+    if (this.reflector.get(OUTBOX_HANDLER_METADATA, method as never)) {
+      if (managerParams?.length) {
+        throw new OutboxOptionsError('@InboxManager', InboxMessages.managerOnOutboxHandler(where));
+      }
+      if (txParams?.length) {
+        throw new OutboxOptionsError('@InboxTx', InboxMessages.txOnOutboxHandler(where));
+      }
     }
   }
 

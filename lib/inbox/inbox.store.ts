@@ -1,8 +1,11 @@
 import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.error';
 import { InboxInProgressError } from '../errors/inbox-in-progress.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
-import { inboxDialectFor, InboxDialect, InboxStatement, InboxTable } from './dialects';
+import type { DataSource } from 'typeorm';
+import { isSqlExecutor, SqlConnection, SqlExecutor, SqlRows } from '../executors/sql-executor';
+import { TypeOrmExecutor } from '../executors/typeorm-executor';
+import { inboxDialectOf, InboxDialect, InboxTable } from './dialects';
+import type { InboxClaim } from './dialects/inbox-dialect';
 import { InboxIsolationLevel } from './inbox-options.interface';
 import { DEFAULT_LOCK_TIMEOUT_MS } from './inbox-options';
 
@@ -49,10 +52,12 @@ export const INBOX_SCHEMA_VERSION = 2;
 const MAX_BATCHES_PER_RUN = 50;
 
 /**
- * The inbox table of one DataSource: schema, claim-and-run transactions and retention. Holds
- * no state but a queue used on SQLite, where all transactions share one connection.
+ * The inbox table behind one executor (a TypeORM DataSource's, or another client's): schema,
+ * claim-and-run transactions and retention. Holds no state but a queue used on SQLite, where all
+ * transactions share one connection.
  */
 export class InboxStore {
+  readonly executor: SqlExecutor;
   readonly dialect: InboxDialect;
   readonly names: InboxTable;
   private queue: Promise<unknown> = Promise.resolve();
@@ -61,11 +66,21 @@ export class InboxStore {
   private claimDialect: InboxDialect | null = null;
   private learning: Promise<InboxDialect> | null = null;
 
+  /** `field` names the option that gave `source`, in configuration errors. */
   constructor(
-    readonly dataSource: DataSource,
+    source: DataSource | SqlExecutor,
     options: InboxTableOptions = {},
+    field = isSqlExecutor(source) ? 'inbox.executor' : 'inbox.dataSource',
   ) {
-    this.dialect = inboxDialectFor(String(dataSource.options.type));
+    this.executor = isSqlExecutor(source) ? source : new TypeOrmExecutor(source);
+    this.dialect = inboxDialectOf(this.executor, field);
+    // An executor written against an earlier version of the interface (before @Inbox() used it).
+    if (typeof this.executor.clientTransaction !== 'function') {
+      throw new OutboxOptionsError(
+        field,
+        `the ${this.executor.client} executor has no clientTransaction(), which @Inbox() runs its transactions with`,
+      );
+    }
     this.names = this.dialect.tableNames(options.tablePrefix ?? 'outbox_', options.schema);
   }
 
@@ -74,38 +89,33 @@ export class InboxStore {
     // A table already current costs two reads and no DDL: `CREATE INDEX IF NOT EXISTS` takes a
     // lock before it checks, and would queue a starting replica behind any open inbox transaction.
     if (await this.isCurrent()) return;
-    await withRunner(this.dataSource, async (runner) => {
-      // Concurrent CREATE … IF NOT EXISTS can still collide in PostgreSQL's catalog; a
-      // transaction-scoped advisory lock makes bootstrapping processes take turns.
-      const serialize = this.dialect.name === 'postgres';
-      if (serialize) {
-        await runner.startTransaction();
-        await runner.query('SELECT pg_advisory_xact_lock(hashtext($1))', [
-          `nestjs-outbox:schema:${this.names.plain}`,
-        ]);
-        // A lock held by someone else fails startup with an error instead of hanging it.
-        await runner.query(`SET LOCAL lock_timeout = '60s'`);
+    const create = async (connection: SqlConnection) => {
+      for (const sql of this.dialect.createSchema(this.names)) await run(connection, sql);
+      if (!(await this.hasFingerprint(connection))) {
+        // Version 1 → 2; another process (MySQL, SQLite: not serialized) may have won.
+        await run(connection, this.dialect.addFingerprint(this.names)).catch((error: unknown) => {
+          if (!this.dialect.isDuplicateColumn(error)) throw error;
+        });
       }
-      try {
-        for (const sql of this.dialect.createSchema(this.names)) await runner.query(sql);
-        if (!(await this.hasFingerprint(runner))) {
-          // Version 1 → 2; another process (MySQL, SQLite: not serialized) may have won.
-          await runner.query(this.dialect.addFingerprint(this.names)).catch((error: unknown) => {
-            if (!this.dialect.isDuplicateColumn(error)) throw error;
-          });
-        }
-        if (serialize) await runner.commitTransaction();
-      } catch (error) {
-        if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
-        throw error;
-      }
+    };
+    if (this.dialect.name !== 'postgres') return this.executor.connection(create);
+    // Concurrent CREATE … IF NOT EXISTS can still collide in PostgreSQL's catalog; a
+    // transaction-scoped advisory lock makes bootstrapping processes take turns.
+    await this.executor.transaction(async (connection) => {
+      await connection.query({
+        text: 'SELECT pg_advisory_xact_lock(hashtext($1))',
+        params: [`nestjs-outbox:schema:${this.names.plain}`],
+      });
+      // A lock held by someone else fails startup with an error instead of hanging it.
+      await run(connection, `SET LOCAL lock_timeout = '60s'`);
+      await create(connection);
     });
   }
 
   private async isCurrent(): Promise<boolean> {
     try {
-      await this.dataSource.query(`SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
-      return await withRunner(this.dataSource, (runner) => this.hasFingerprint(runner));
+      await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
+      return await this.hasFingerprint();
     } catch {
       return false;
     }
@@ -114,7 +124,7 @@ export class InboxStore {
   /** Throws `OutboxOptionsError` naming the fix when the inbox table is missing or outdated. */
   async assertSchema(): Promise<void> {
     try {
-      await this.dataSource.query(`SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
+      await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
     } catch {
       throw new OutboxOptionsError(
         'inbox.ensureSchema',
@@ -122,7 +132,7 @@ export class InboxStore {
           'createInboxFingerprintMigration() to your migrations and run them, or set inbox.ensureSchema: true',
       );
     }
-    if (!(await withRunner(this.dataSource, (runner) => this.hasFingerprint(runner)))) {
+    if (!(await this.hasFingerprint())) {
       throw new OutboxOptionsError(
         'inbox.ensureSchema',
         `the inbox table ${this.names.plain} is at schema version 1 (no fingerprint column), this ` +
@@ -132,20 +142,21 @@ export class InboxStore {
     }
   }
 
-  /** Whether the table has version 2's fingerprint column. */
-  async hasFingerprint(runner: QueryRunner): Promise<boolean> {
-    return runner.hasColumn(this.names.plain, 'fingerprint');
+  /** Whether the table has version 2's fingerprint column (asked of the database's catalog). */
+  async hasFingerprint(connection: SqlConnection = this.executor): Promise<boolean> {
+    const { sql, params } = this.dialect.hasFingerprint(this.names);
+    return (await connection.query({ text: sql, params })).rows.length > 0;
   }
 
   /**
-   * Opens a transaction, claims `(consumer, messageId)` and, only if this transaction took it,
-   * runs `work` with the transaction's manager and commits. Any failure rolls back the claim
-   * together with the work's writes.
+   * Opens a transaction through the executor's client, claims `(consumer, messageId)` and, only
+   * if this transaction took it, runs `work` with the client's transaction object (TypeORM: the
+   * EntityManager) and commits. Any failure rolls back the claim together with the work's writes.
    */
   run<T>(
     consumer: string,
     messageId: string,
-    work: (manager: EntityManager) => Promise<T>,
+    work: (tx: any) => Promise<T>,
     options: InboxRunOptions = {},
   ): Promise<InboxRunResult<T>> {
     const task = () => this.runNow(consumer, messageId, work, options);
@@ -158,56 +169,36 @@ export class InboxStore {
   private async runNow<T>(
     consumer: string,
     messageId: string,
-    work: (manager: EntityManager) => Promise<T>,
+    work: (tx: unknown) => Promise<T>,
     options: InboxRunOptions,
   ): Promise<InboxRunResult<T>> {
     const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
     const dialect = this.claimDialect ?? (await this.serverDialect());
     for (let attempt = 1; ; attempt++) {
-      const runner = this.dataSource.createQueryRunner('master');
       // A duplicate of a message still being processed waits on its row lock while holding a
       // pooled connection; without a bound, N redeliveries of one long message pin N connections.
-      const { bound, claim, restore } = dialect.claim(
+      const statements = dialect.claim(
         this.names,
         consumer,
         messageId,
         options.fingerprint ?? null,
         lockTimeoutMs,
       );
-      let claimed: boolean;
-      let bounded = false;
       try {
-        await runner.startTransaction(options.isolationLevel);
-        if (bound) {
-          await runner.query(bound.sql, bound.params);
-          bounded = true;
-        }
-        claimed = (await exec(runner, claim)) > 0;
-        bounded = false;
-        if (restore) await runner.query(restore.sql, restore.params);
+        const value = await this.executor.clientTransaction(
+          async (tx, connection) => {
+            if (!(await sendClaim(connection, statements))) throw NOT_CLAIMED;
+            return work(tx);
+          },
+          { isolation: options.isolationLevel },
+        );
+        return { duplicate: false, value };
       } catch (error) {
-        await rollback(runner);
-        if (bounded && restore) {
-          await runner.query(restore.sql, restore.params).catch(() => undefined);
-        }
-        await runner.release();
-        if (dialect.isLockTimeout(error)) {
-          throw new InboxInProgressError(consumer, messageId, lockTimeoutMs);
-        }
-        if (attempt < CLAIM_ATTEMPTS && dialect.isTransient(error)) {
-          options.onTransientRetry?.();
-          await pause(10 * attempt + Math.random() * 20);
-          continue;
-        }
-        throw error;
-      }
-      try {
-        if (!claimed) {
-          await runner.rollbackTransaction();
+        if (error === NOT_CLAIMED) {
           if (options.fingerprint !== undefined) {
             const read = this.dialect.readFingerprint(this.names, consumer, messageId);
-            const rows = (await runner.query(read.sql, read.params)) as { fingerprint: unknown }[];
-            const stored = rows[0]?.fingerprint;
+            const { rows } = await this.executor.query({ text: read.sql, params: read.params });
+            const stored: unknown = rows[0]?.fingerprint;
             // Records written before version 2, or by non-HTTP consumers, have none to compare.
             if (typeof stored === 'string' && stored !== options.fingerprint) {
               throw new IdempotencyKeyReusedError(consumer, messageId);
@@ -215,28 +206,29 @@ export class InboxStore {
           }
           return { duplicate: true };
         }
-        const value = await work(runner.manager);
-        await runner.commitTransaction();
-        return { duplicate: false, value };
-      } catch (error) {
-        await rollback(runner);
-        throw error;
-      } finally {
-        await runner.release();
+        if (!(error instanceof ClaimFailed)) throw error;
+        if (dialect.isLockTimeout(error.cause)) {
+          throw new InboxInProgressError(consumer, messageId, lockTimeoutMs);
+        }
+        if (attempt < CLAIM_ATTEMPTS && dialect.isTransient(error.cause)) {
+          options.onTransientRetry?.();
+          await pause(10 * attempt + Math.random() * 20);
+          continue;
+        }
+        throw error.cause;
       }
     }
   }
 
   /**
-   * The dialect to claim with on this server, asked once (MySQL or MariaDB behind one TypeORM
-   * driver); a failed lookup is asked again by the next run.
+   * The dialect to claim with on this server, asked once (MySQL or MariaDB behind one client);
+   * a failed lookup is asked again by the next run.
    */
   private serverDialect(): Promise<InboxDialect> {
     const forServer = this.dialect.forServer;
     if (!forServer) return Promise.resolve((this.claimDialect = this.dialect));
-    this.learning ??= this.dataSource
-      .query(forServer.sql)
-      .then((rows: Record<string, unknown>[]) => (this.claimDialect = forServer.pick(rows)))
+    this.learning ??= run(this.executor, forServer.sql)
+      .then(({ rows }) => (this.claimDialect = forServer.pick(rows)))
       .finally(() => (this.learning = null));
     return this.learning;
   }
@@ -244,27 +236,28 @@ export class InboxStore {
   /**
    * Deletes records older than `retentionMs` by the database clock, `batchSize` per statement,
    * each statement its own short transaction. One runner at a time across processes (advisory
-   * lock on PostgreSQL, GET_LOCK on MySQL; SQLite is one process).
+   * lock on PostgreSQL, GET_LOCK on MySQL; SQLite is one process), held on one connection.
    */
   async cleanup(retentionMs: number, batchSize: number): Promise<InboxCleanupResult> {
     if (this.cleaning) return { deleted: 0, batches: 0, skipped: true };
     this.cleaning = true;
     try {
-      return await withRunner(this.dataSource, async (runner) => {
+      return await this.executor.connection(async (connection) => {
         const lockName = `nestjs-outbox:inbox-cleanup:${this.names.plain}`;
         const lock = this.dialect.tryLock(lockName);
         if (lock) {
-          const rows = (await runner.query(lock.sql, lock.params)) as { locked: unknown }[];
+          const { rows } = await connection.query({ text: lock.sql, params: lock.params });
           if (!isTrue(rows[0]?.locked)) return { deleted: 0, batches: 0, skipped: true };
         }
         try {
           let deleted = 0;
           let batches = 0;
           while (batches < MAX_BATCHES_PER_RUN) {
-            const count = await exec(
-              runner,
-              this.dialect.deleteExpired(this.names, retentionMs, batchSize),
-            );
+            const expired = this.dialect.deleteExpired(this.names, retentionMs, batchSize);
+            const { affected: count } = await connection.query({
+              text: expired.sql,
+              params: expired.params,
+            });
             batches++;
             deleted += count;
             if (count < batchSize) break;
@@ -272,7 +265,7 @@ export class InboxStore {
           return { deleted, batches, skipped: false };
         } finally {
           const unlock = this.dialect.unlock(lockName);
-          if (unlock) await runner.query(unlock.sql, unlock.params);
+          if (unlock) await connection.query({ text: unlock.sql, params: unlock.params });
         }
       });
     } finally {
@@ -282,39 +275,55 @@ export class InboxStore {
 
   /** Drops the inbox table (tests and the migration's `down`). */
   async dropSchema(): Promise<void> {
-    await withRunner(this.dataSource, async (runner) => {
-      for (const sql of this.dialect.dropSchema(this.names)) await runner.query(sql);
+    await this.executor.connection(async (connection) => {
+      for (const sql of this.dialect.dropSchema(this.names)) await run(connection, sql);
     });
   }
 }
 
-/** Creates the inbox table and index on a DataSource if they are missing. */
+/** Creates the inbox table and index through a DataSource or an executor if they are missing. */
 export async function ensureInboxSchema(
-  dataSource: DataSource,
+  source: DataSource | SqlExecutor,
   options: InboxTableOptions = {},
 ): Promise<void> {
-  await new InboxStore(dataSource, options).ensureSchema();
+  await new InboxStore(source, options).ensureSchema();
 }
 
-async function withRunner<T>(dataSource: DataSource, fn: (runner: QueryRunner) => Promise<T>) {
-  const runner = dataSource.createQueryRunner('master');
+/** The claim found the message already processed: its transaction rolls back, nothing ran. */
+const NOT_CLAIMED = Symbol('inbox: not claimed');
+
+/** The claim itself failed (before any user code): the run decides whether to try again. */
+class ClaimFailed {
+  constructor(readonly cause: unknown) {}
+}
+
+/**
+ * Sends a claim (and its bound and restore) in the open transaction; true when it took the key.
+ * A failed claim still gets the bound's setting back before its transaction rolls back.
+ */
+async function sendClaim(connection: SqlConnection, statements: InboxClaim): Promise<boolean> {
+  const { bound, claim, restore } = statements;
+  let bounded = false;
   try {
-    return await fn(runner);
-  } finally {
-    await runner.release();
+    if (bound) {
+      await connection.query({ text: bound.sql, params: bound.params });
+      bounded = true;
+    }
+    const { affected } = await connection.query({ text: claim.sql, params: claim.params });
+    bounded = false;
+    if (restore) await connection.query({ text: restore.sql, params: restore.params });
+    return affected > 0;
+  } catch (error) {
+    if (bounded && restore) {
+      await connection.query({ text: restore.sql, params: restore.params }).catch(() => undefined);
+    }
+    throw new ClaimFailed(error);
   }
 }
 
-/** Runs a statement and returns the affected row count. */
-async function exec(runner: QueryRunner, statement: InboxStatement): Promise<number> {
-  const result = await runner.query(statement.sql, statement.params, true);
-  return Number(result.affected ?? 0);
-}
-
-async function rollback(runner: QueryRunner): Promise<void> {
-  // A failed rollback (connection already gone) leaves nothing to undo: the server discards the
-  // transaction with the connection.
-  if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+/** A statement without parameters. */
+function run(connection: SqlConnection, sql: string): Promise<SqlRows> {
+  return connection.query({ text: sql, params: [] });
 }
 
 function isTrue(value: unknown): boolean {

@@ -1,5 +1,5 @@
 export { Inbox } from './inbox.decorator';
-export { InboxManager } from './inbox-manager.decorator';
+export { InboxManager, InboxTx } from './inbox-manager.decorator';
 export { InboxContext } from './inbox.context';
 export type { InboxScope } from './inbox.context';
 export { InboxService } from './inbox.service';

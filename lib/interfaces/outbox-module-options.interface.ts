@@ -120,7 +120,10 @@ export interface OutboxModuleOptions {
   dispatcher?: OutboxDispatcherOptions;
   limits?: Partial<OutboxLimits>;
   retention?: OutboxRetentionOptions;
-  /** Where `@Inbox()` consumers record processed messages. @default the 'typeorm' store's DataSource */
+  /**
+   * Where `@Inbox()` consumers record processed messages.
+   * @default the 'typeorm' store's DataSource, or the 'sql' store's executor
+   */
   inbox?: OutboxInboxOptions;
   /**
    * Log lines built on the event stream (README "Monitoring"), through Nest's `Logger`: dead

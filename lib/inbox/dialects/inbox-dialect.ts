@@ -6,6 +6,9 @@ export interface InboxTable {
   index: string;
   /** Unquoted name, used to build lock names. */
   plain: string;
+  /** The table's own name and its schema (database on MySQL), unquoted, for catalog lookups. */
+  name: string;
+  schema?: string;
 }
 
 /** A statement and its positional parameters. */
@@ -45,6 +48,8 @@ export interface InboxDialect {
    */
   addFingerprint(t: InboxTable): string;
   dropFingerprint(t: InboxTable): string;
+  /** A row when the table has version 2's `fingerprint` column, none otherwise. */
+  hasFingerprint(t: InboxTable): InboxStatement;
   isDuplicateColumn(error: unknown): boolean;
   /**
    * Claims `(consumer, messageId)`: takes it, or finds it already processed. The claim waits at
@@ -85,12 +90,20 @@ export interface InboxDialect {
   readonly serialTransactions: boolean;
 }
 
-/** Reads a driver error code through TypeORM's `QueryFailedError.driverError` wrapper. */
+/**
+ * Reads a driver error code through TypeORM's `QueryFailedError.driverError` wrapper, on the error
+ * itself (node-postgres, Kysely), or on its `cause` (Drizzle's `DrizzleQueryError`).
+ */
 export function driverErrorField(error: unknown, field: string): unknown {
   if (typeof error !== 'object' || error === null) return undefined;
   const record = error as Record<string, unknown>;
   const driverError = record.driverError as Record<string, unknown> | undefined;
-  return driverError?.[field] ?? record[field];
+  const cause = record.cause as Record<string, unknown> | undefined;
+  return (
+    driverError?.[field] ??
+    record[field] ??
+    (typeof cause === 'object' ? cause?.[field] : undefined)
+  );
 }
 
 export const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,47}$/;

@@ -1,4 +1,6 @@
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
+import type { SqlExecutor } from '../../executors/sql-executor';
+import { typeOrmDataSourceOf } from '../../executors/typeorm-executor';
 import { InboxDialect } from './inbox-dialect';
 import { mysqlInboxDialect } from './mysql';
 import { postgresInboxDialect } from './postgres';
@@ -27,4 +29,20 @@ export function inboxDialectFor(type: string, field = 'inbox.dataSource'): Inbox
     );
   }
   return dialect;
+}
+
+/**
+ * Picks the inbox SQL for an executor. SQLite runs the inbox only through TypeORM: its one shared
+ * connection is what the inbox's queue of transactions is built for (`serialTransactions`).
+ */
+export function inboxDialectOf(executor: SqlExecutor, field = 'inbox.executor'): InboxDialect {
+  const dataSource = typeOrmDataSourceOf(executor);
+  if (dataSource) return inboxDialectFor(String(dataSource.options.type), field);
+  if (executor.dialect === 'sqlite') {
+    throw new OutboxOptionsError(
+      field,
+      `the inbox runs on SQLite only through TypeORM (a better-sqlite3 DataSource), not ${executor.client}`,
+    );
+  }
+  return executor.dialect === 'postgres' ? postgresInboxDialect : mysqlInboxDialect;
 }

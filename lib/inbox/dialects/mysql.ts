@@ -36,6 +36,8 @@ export const mysqlInboxDialect: InboxDialect = {
       table: qualify(`${prefix}inbox`),
       index: `\`${prefix}inbox_processed_at_idx\``,
       plain: `${schema ? `${schema}.` : ''}${prefix}inbox`,
+      name: `${prefix}inbox`,
+      schema,
     };
   },
 
@@ -79,6 +81,11 @@ export const mysqlInboxDialect: InboxDialect = {
   addFingerprint: (t) =>
     `ALTER TABLE ${t.table} ADD COLUMN fingerprint VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL`,
   dropFingerprint: (t) => `ALTER TABLE ${t.table} DROP COLUMN fingerprint`,
+  hasFingerprint: (t) => ({
+    sql: `SELECT 1 FROM information_schema.columns
+      WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = 'fingerprint'`,
+    params: [t.schema ?? null, t.name],
+  }),
   // ER_DUP_FIELDNAME
   isDuplicateColumn: (error) => Number(driverErrorField(error, 'errno')) === 1060,
 

@@ -15,6 +15,8 @@ export const postgresInboxDialect: InboxDialect = {
       table: qualify(`${prefix}inbox`),
       index: `"${prefix}inbox_processed_at_idx"`,
       plain: `${schema ? `${schema}.` : ''}${prefix}inbox`,
+      name: `${prefix}inbox`,
+      schema,
     };
   },
 
@@ -56,6 +58,11 @@ export const postgresInboxDialect: InboxDialect = {
 
   addFingerprint: (t) => `ALTER TABLE ${t.table} ADD COLUMN fingerprint varchar(64)`,
   dropFingerprint: (t) => `ALTER TABLE ${t.table} DROP COLUMN fingerprint`,
+  hasFingerprint: (t) => ({
+    sql: `SELECT 1 FROM information_schema.columns
+      WHERE table_schema = COALESCE($1::text, current_schema()) AND table_name = $2 AND column_name = 'fingerprint'`,
+    params: [t.schema ?? null, t.name],
+  }),
   // 42701 duplicate_column
   isDuplicateColumn: (error) => driverErrorField(error, 'code') === '42701',
 

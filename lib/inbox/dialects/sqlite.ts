@@ -12,6 +12,7 @@ export const sqliteInboxDialect: InboxDialect = {
       table: `"${prefix}inbox"`,
       index: `"${prefix}inbox_processed_at_idx"`,
       plain: `${prefix}inbox`,
+      name: `${prefix}inbox`,
     };
   },
 
@@ -43,6 +44,10 @@ export const sqliteInboxDialect: InboxDialect = {
 
   addFingerprint: (t) => `ALTER TABLE ${t.table} ADD COLUMN fingerprint TEXT`,
   dropFingerprint: (t) => `ALTER TABLE ${t.table} DROP COLUMN fingerprint`,
+  hasFingerprint: (t) => ({
+    sql: `SELECT 1 FROM pragma_table_info(?) WHERE name = 'fingerprint'`,
+    params: [t.name],
+  }),
   isDuplicateColumn: (error) =>
     error instanceof Error && /duplicate column name/i.test(error.message),
 

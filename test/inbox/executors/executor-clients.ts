@@ -1,0 +1,88 @@
+import { sql as drizzleSql } from 'drizzle-orm';
+import { drizzle, NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { Kysely, sql as kyselySql } from 'kysely';
+import { PoolClient } from 'pg';
+import { DataSource, EntityManager } from 'typeorm';
+import { drizzleExecutor, kyselyExecutor, pgExecutor, SqlExecutor } from '../../../lib/executors';
+import { TypeOrmExecutor } from '../../../lib/executors/typeorm-executor';
+import { openKysely } from '../../stores/sql/kysely-test-helpers';
+import { openPool } from '../../stores/sql/pg-test-helpers';
+import { openDataSource } from '../../stores/typeorm/typeorm-test-helpers';
+
+/**
+ * One PostgreSQL client behind an executor, and how the app writes through that client's
+ * transaction object (what `@InboxTx()` injects): the specs here run once per client.
+ */
+export interface ExecutorClient {
+  name: 'node-postgres' | 'Drizzle' | 'Kysely' | 'TypeORM';
+  executor: SqlExecutor;
+  /** The object the app built the executor from (`ownsClient` says yes to it). */
+  client: unknown;
+  /** Runs `text` through the client's own API on its transaction object; returns the rows. */
+  run(tx: unknown, text: string): Promise<Array<Record<string, any>>>;
+  /** Runs `text` outside any transaction. */
+  query(text: string): Promise<Array<Record<string, any>>>;
+  close(): Promise<void>;
+}
+
+export type ExecutorClientName = ExecutorClient['name'];
+
+export async function openExecutorClient(
+  name: ExecutorClientName,
+  max = 10,
+): Promise<ExecutorClient> {
+  switch (name) {
+    case 'node-postgres': {
+      const pool = openPool(max);
+      return {
+        name,
+        executor: pgExecutor(pool),
+        client: pool,
+        run: async (tx, text) => (await (tx as PoolClient).query(text)).rows,
+        query: async (text) => (await pool.query(text)).rows,
+        close: () => pool.end(),
+      };
+    }
+    case 'Drizzle': {
+      const pool = openPool(max);
+      const db = drizzle({ client: pool });
+      return {
+        name,
+        executor: drizzleExecutor(db),
+        client: db,
+        run: async (tx, text) =>
+          (await (tx as NodePgDatabase).execute(drizzleSql.raw(text))).rows as Array<
+            Record<string, any>
+          >,
+        query: async (text) => (await pool.query(text)).rows,
+        close: () => pool.end(),
+      };
+    }
+    case 'Kysely': {
+      const { db, pool } = openKysely(max);
+      return {
+        name,
+        executor: kyselyExecutor(db, { pool }),
+        client: db,
+        run: async (tx, text) =>
+          (await kyselySql.raw<Record<string, any>>(text).execute(tx as Kysely<any>)).rows,
+        query: async (text) => (await pool.query(text)).rows,
+        close: () => db.destroy(),
+      };
+    }
+    case 'TypeORM': {
+      const dataSource: DataSource = await openDataSource('postgres');
+      return {
+        name,
+        executor: new TypeOrmExecutor(dataSource),
+        client: dataSource,
+        run: (tx, text) => (tx as EntityManager).query(text),
+        query: (text) => dataSource.query(text),
+        close: () => dataSource.destroy(),
+      };
+    }
+  }
+}
+
+/** The clients whose executors are not TypeORM (the new paths of `@Inbox()`). */
+export const SQL_CLIENTS: ExecutorClientName[] = ['node-postgres', 'Drizzle', 'Kysely'];
