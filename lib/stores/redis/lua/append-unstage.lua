@@ -1,0 +1,1 @@
+return redis.call('DEL', B .. 'stage:' .. ARGV[2])

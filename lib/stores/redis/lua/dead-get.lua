@@ -1,0 +1,1 @@
+return { view(ARGV[2], true) }
