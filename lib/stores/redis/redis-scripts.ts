@@ -61,51 +61,35 @@ import { join } from 'node:path';
  */
 
 /**
- * The files of each script after the prelude, in order: a script's own file last, a fragment it
- * uses before it.
+ * The files of each script after the prelude, in order: a fragment it uses (which defines
+ * functions), then its own file, whose header says its keys, arguments and reply.
  */
-const SCRIPT_FILES = {
-  // ARGV: B, stage batch id or '', n, then per event id, type, key, payload, headers, occurredAt,
-  // availableAt, content hash, handler count, handlers. With a stage id, payload and headers are ''
-  // and come from the stage hash, so a large batch still commits in this one atomic script.
+export const REDIS_SCRIPT_FILES = {
   append: ['append'],
-  // ARGV: B, batch id, ttl ms, then field, value pairs into the stage hash of an append.
   appendStage: ['append-stage'],
-  // ARGV: B, batch id. Drops the stage hash of an append that failed before its commit.
   appendUnstage: ['append-unstage'],
   claim: ['claim'],
   renew: ['renew'],
-  // ack-one: acknowledges one delivery if the lease is owned and live: 1, else 0 (unchanged). What
-  // every acknowledged delivery of the script shares is written once at its end (ackFlush): the
-  // leased sets, the deleted hashes, the completed events and the counters.
   ack: ['ack-one', 'ack'],
-  // ARGV: B, then per (owner, token) group: owner, token, n, then the ids of its n leases (a claim
-  // gives all its leases one token, so a batch of acks is usually one or a few groups). Returns the
-  // positions (1-based, in argument order) of the leases not acknowledged: usually none, so the
-  // reply stays small.
   ackMany: ['ack-one', 'ack-many'],
   retry: ['retry'],
   deadLetter: ['dead-letter'],
   release: ['release'],
-  // ARGV: B, mode ids|filter, availableAt|'', then ids... or filter args + batch + cap.
   replay: ['replay'],
   purge: ['purge'],
-  // ARGV: B, deliveredRetentionMs, deadLetterRetentionMs|'', batch.
   cleanup: ['cleanup'],
   stats: ['stats'],
   now: ['now'],
-  // dead-view: one dead letter as [id, ev, h, t, k, at, rs, er, da, pl, hd, oa], or false.
   deadGet: ['dead-view', 'dead-get'],
-  // ARGV: B, full 1|0, filter args (7), limit, cap.
   deadList: ['dead-view', 'dead-list'],
 } as const satisfies Record<string, readonly string[]>;
 
-export type RedisScriptName = keyof typeof SCRIPT_FILES;
+export type RedisScriptName = keyof typeof REDIS_SCRIPT_FILES;
 
 /** The Lua files beside this module (lib/ in tests, dist/ in the package). */
 export const LUA_DIR = join(__dirname, 'lua');
 
-const lua = (file: string) => '\n' + readFileSync(join(LUA_DIR, `${file}.lua`), 'utf8');
+const lua = (file: string) => readFileSync(join(LUA_DIR, `${file}.lua`), 'utf8');
 
 const PRELUDE = lua('prelude');
 
@@ -115,11 +99,11 @@ const PRELUDE = lua('prelude');
  */
 const body = (files: readonly string[]) =>
   PRELUDE +
-  'local result = (function()\n' +
-  files.map(lua).join('') +
+  '\nlocal result = (function()\n' +
+  files.map(lua).join('\n') +
   '\nend)()\nflush()\nreturn result\n';
 
 /** Script sources by name, read and composed once; each gets the shared prelude. */
 export const REDIS_SCRIPTS = Object.fromEntries(
-  Object.entries(SCRIPT_FILES).map(([name, files]) => [name, body(files)]),
+  Object.entries(REDIS_SCRIPT_FILES).map(([name, files]) => [name, body(files)]),
 ) as Record<RedisScriptName, string>;

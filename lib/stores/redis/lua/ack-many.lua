@@ -1,3 +1,13 @@
+-- ackMany: ack.lua for many leases in one script, grouped by owner and token (a claim gives all
+-- its leases one token, so a batch of acks is usually one or a few groups).
+--
+-- KEYS[1]  {prefix}:seq, the append counter: declared so a Cluster client routes the script to
+--           the slot all keys of this outbox share (see prelude.lua)
+-- ARGV[1]  B, the key base `<keyPrefix>{prefix}:` (every key below is under it)
+-- ARGV[2..] per group: owner, token, n, then the ids of its n leases
+-- Returns  the positions (1-based, in argument order) of the leases not acknowledged: usually
+--           none, so the reply stays small
+
 local refused = {}
 local j, pos = 2, 0
 while j <= #ARGV do

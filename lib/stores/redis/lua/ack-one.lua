@@ -1,3 +1,9 @@
+-- Fragment of ack.lua and ack-many.lua. Defines:
+--   ackOne(id, owner, token)  acknowledges one delivery if the lease is owned and live: 1,
+--                             else 0 (unchanged)
+--   ackFlush()                writes once what every acknowledged delivery of the script shares:
+--                             the leased sets, the deleted hashes, the completed events, counters
+
 local ackedIds, unleased, completed, byT, dks = {}, {}, {}, {}, {}
 local ackedN = 0
 local function ackOne(id, owner, token)

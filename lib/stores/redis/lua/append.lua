@@ -1,3 +1,19 @@
+-- append: appends a batch of events in one atomic step, all or nothing. An id already stored
+-- with the same content is kept as it is (idempotent); with other content nothing is written
+-- (README Guarantees 10).
+--
+-- KEYS[1]  {prefix}:seq, the append counter: declared so a Cluster client routes the script to
+--           the slot all keys of this outbox share (see prelude.lua)
+-- ARGV[1]  B, the key base `<keyPrefix>{prefix}:` (every key below is under it)
+-- ARGV[2]  stage batch id, or '': with one, payloads and headers come from the stage hash
+--           (append-stage.lua), so a batch too large for one call still commits here at once
+-- ARGV[3]  n, the number of events
+-- ARGV[4..] per event: id, type, key ('+key' or '-'), payload JSON (or '' when staged),
+--           headers JSON (or ''), occurredAt ms, availableAt ms or '' (now), content hash,
+--           handler count h, then h handler names (none: '*', expanded at claim)
+-- Returns  per event { occurredAt, availableAt } as stored; { 'DUP', id } when an id is stored
+--           with other content; { 'STAGE', batchId } when staged parts are missing (expired)
+
 local SK = nil
 if ARGV[2] ~= '' then SK = B .. 'stage:' .. ARGV[2] end
 local n = tonumber(ARGV[3])

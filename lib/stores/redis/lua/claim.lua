@@ -1,3 +1,23 @@
+-- claim: leases up to limit runnable deliveries of this worker's handlers, oldest first, one
+-- active delivery per (handler, key). First expands unexpanded deliveries of the named types,
+-- moves due deliveries and expired leases back to runnable (at most cap of each per type or
+-- handler).
+--
+-- KEYS[1]  {prefix}:seq, the append counter: declared so a Cluster client routes the script to
+--           the slot all keys of this outbox share (see prelude.lua)
+-- ARGV[1]  B, the key base `<keyPrefix>{prefix}:` (every key below is under it)
+-- ARGV[2]  worker id (the lease owner)
+-- ARGV[3]  lease duration in ms
+-- ARGV[4]  limit, most deliveries to lease
+-- ARGV[5]  the lease token, one for every lease of this claim
+-- ARGV[6]  cap, most entries one sweep moves (claimSweepLimit)
+-- ARGV[7]  nh, then nh handler names
+-- then     nt, then per type: type, handler count c, then c handler names
+-- Returns  { leaseUntil, chunk... }: the lease deadline (ms), then JSON texts, each a flat array
+--           of 10 values per delivery: id, handler position, attempt, event id, type position
+--           (or its text when not named), key or null, payload, headers, occurredAt text,
+--           availableAt (see the reply comment below)
+
 local worker, leaseMs, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local tokenBase, cap = ARGV[5], tonumber(ARGV[6])
 local nh = tonumber(ARGV[7])

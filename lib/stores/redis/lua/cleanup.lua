@@ -1,3 +1,14 @@
+-- cleanup: deletes completed events older than their retention, and dead letters older than
+-- theirs, at most batch of each.
+--
+-- KEYS[1]  {prefix}:seq, the append counter: declared so a Cluster client routes the script to
+--           the slot all keys of this outbox share (see prelude.lua)
+-- ARGV[1]  B, the key base `<keyPrefix>{prefix}:` (every key below is under it)
+-- ARGV[2]  delivered retention in ms
+-- ARGV[3]  dead-letter retention in ms, or '' (kept forever)
+-- ARGV[4]  batch
+-- Returns  { events deleted, dead letters deleted }
+
 local batch = tonumber(ARGV[4])
 local dead = 0
 if ARGV[3] ~= '' then

@@ -1,3 +1,7 @@
+-- Fragment of dead-get.lua and dead-list.lua. Defines:
+--   view(id, full)  one dead letter as { id, ev, h, t, k, at, rs, er, da, pl, hd, oa } (pl, hd,
+--                   oa false unless full), or false when it is not dead
+
 local function view(id, full)
   local f = redis.call('HMGET', dkey(id), 'st', 'ev', 'h', 't', 'k', 'at', 'rs', 'er', 'da')
   if f[1] ~= 'x' then return false end

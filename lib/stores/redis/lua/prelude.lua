@@ -1,3 +1,12 @@
+-- Prelude of every script: the key base, the clock (Redis TIME), key names, and the helpers the
+-- scripts share. Each script is this file, then its own file(s) run as one function, then one
+-- write of the counters it changed (see `body` in ../redis-scripts.ts, which also describes the
+-- key layout).
+--
+-- KEYS[1]  {prefix}:seq, the append counter: declared so a Cluster client routes the script to
+--           the slot all keys of this outbox share
+-- ARGV[1]  B, the key base `<keyPrefix>{prefix}:` (every key below is under it)
+
 local B = ARGV[1]
 local T = redis.call('TIME')
 local now = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)

@@ -1,3 +1,19 @@
+-- replay: makes dead letters pending again (attempts reset), by id or by filter.
+--
+-- KEYS[1]  {prefix}:seq, the append counter: declared so a Cluster client routes the script to
+--           the slot all keys of this outbox share (see prelude.lua)
+-- ARGV[1]  B, the key base `<keyPrefix>{prefix}:` (every key below is under it)
+-- ARGV[2]  'ids' or 'filter'
+-- ARGV[3]  availableAt ms, or '' (now)
+-- ARGV[4..] with 'ids': the dead-letter ids
+-- ARGV[4..10] with 'filter': the dead-letter filter of scanDead (prelude.lua): start
+--           score or '-inf', end ('(<ms>' or '+inf'), cursor score or '', cursor id or '',
+--           then type, handler, key, each '-' (any), '+value' (equal) or '!' (matches nothing)
+-- ARGV[11] batch, most to replay
+-- ARGV[12] cap, most dead letters examined
+-- Returns  { count, lastScore, lastId, exhausted 1|0 }: the cursor where the scan stopped (ids:
+--           { count, '', '', 1 })
+
 local av = now
 if ARGV[3] ~= '' then av = tonumber(ARGV[3]) end
 local function replayOne(id)
