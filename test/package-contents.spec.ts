@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { INBOX_SCHEMA_VERSION } from '../lib/inbox/inbox.store';
@@ -44,6 +44,9 @@ describe('the published package', () => {
     cpSync(join(root, 'lib/admin/ui/assets'), join(dir, 'dist/admin/ui/assets'), {
       recursive: true,
     });
+    cpSync(join(root, 'lib/stores/redis/lua'), join(dir, 'dist/stores/redis/lua'), {
+      recursive: true,
+    });
     const out = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
       cwd: dir,
       encoding: 'utf8',
@@ -59,6 +62,16 @@ describe('the published package', () => {
       files.filter((f) => /(^|\/)(test|fixtures|__tests__)\/|\.spec\.|\.ts$(?<!\.d\.ts)/.test(f)),
     ).toEqual([]);
     expect(files.some((f) => f.startsWith('dist/admin/ui/assets/'))).toBe(true);
+  });
+
+  it('ships the Lua of the Redis store, which the built scripts module reads', () => {
+    const lua = readdirSync(join(root, 'lib/stores/redis/lua')).filter((f) => f.endsWith('.lua'));
+    expect(lua.length).toBeGreaterThan(0);
+    for (const file of lua) expect(files).toContain(`dist/stores/redis/lua/${file}`);
+    const built = require(join(dir, 'dist/stores/redis/redis-scripts')) as {
+      REDIS_SCRIPTS: Record<string, string>;
+    };
+    expect(Object.keys(built.REDIS_SCRIPTS)).toContain('claim');
   });
 
   it('holds every file package.json points at', () => {

@@ -1,0 +1,27 @@
+-- deadLetter: moves a failed delivery to the dead letters, with the error recorded; its key's
+-- next delivery becomes active.
+--
+-- KEYS[1]  {prefix}:seq, the append counter: declared so a Cluster client routes the script to
+--           the slot all keys of this outbox share (see prelude.lua)
+-- ARGV[1]  B, the key base `<keyPrefix>{prefix}:` (every key below is under it)
+-- ARGV[2]  delivery id
+-- ARGV[3]  owner (worker id) of the lease
+-- ARGV[4]  lease token
+-- ARGV[5]  reason (exhausted, ...)
+-- ARGV[6]  error name, as JSON text of the string
+-- ARGV[7]  error message, as JSON text
+-- ARGV[8]  attempt
+-- ARGV[9]  worker id, as JSON text
+-- ARGV[10] most error entries kept in `er` (oldest dropped)
+-- Returns  1, or 0 when the lease is lost (nothing changed)
+
+local id = ARGV[2]
+local f = owned(id, ARGV[3], ARGV[4])
+if not f then return 0 end
+unlease(id, f)
+local er = pushError(f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]))
+redis.call('HSET', dkey(id), 'st', 'x', 'rs', ARGV[5], 'da', now, 'er', er)
+redis.call('ZADD', DEAD, now, id)
+incr('x:' .. f[6], 1)
+leaveKey(id, f[5], opt(f[7]))
+return 1
