@@ -1,4 +1,4 @@
-import { refuseTypeOrmTx } from './caller-transaction-checks';
+import { refuseTypeOrmTx, requireOpenTransaction } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import {
@@ -64,6 +64,21 @@ function isPgliteTransaction(value: unknown): value is PgliteTransactionLike {
     typeof t.closed === 'boolean' &&
     typeof t.transaction !== 'function'
   );
+}
+
+/**
+ * `'I'` for a transaction that has ended, `'E'` for one in which a statement failed (PGlite does
+ * not say: one statement in it tells, failing with 25P02), else `'T'`.
+ */
+async function statusOf(tx: PgliteTransactionLike): Promise<'I' | 'T' | 'E'> {
+  if (tx.closed) return 'I';
+  try {
+    await tx.query('SELECT 1');
+    return 'T';
+  } catch (error) {
+    if ((error as { code?: unknown }).code === '25P02') return 'E';
+    throw error;
+  }
 }
 
 /**
@@ -139,13 +154,11 @@ class PgliteExecutor implements SqlExecutor {
         `is not a PGlite transaction, got ${describeValue(tx)}. ${HOW_TO_TX}`,
       );
     }
-    if (tx.closed) {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is not inside an open transaction (its pg.transaction() callback has already returned), ' +
-          `so the event could be committed without your business write. ${HOW_TO_TX}`,
-      );
-    }
+    requireOpenTransaction(
+      await statusOf(tx),
+      'is not inside an open transaction (its pg.transaction() callback has already returned), ' +
+        `so the event could be committed without your business write. ${HOW_TO_TX}`,
+    );
     this.watchEnd(tx);
     return { connection: new PgliteConnection(tx), key: tx };
   }
