@@ -11,8 +11,11 @@ module.exports = {
       'ts-jest',
       { tsconfig: { allowJs: true, module: 'commonjs', target: 'es2022' }, isolatedModules: true },
     ],
+    // PGlite's CommonJS build loads Node built-ins with import(): see the transform.
+    '^.+/node_modules/@electric-sql/pglite/dist/.+\\.cjs$':
+      '<rootDir>/test/support/import-builtins-transform.js',
   },
-  transformIgnorePatterns: ['/node_modules/(?!kysely/)'],
+  transformIgnorePatterns: ['/node_modules/(?!kysely/|@electric-sql/pglite/)'],
   moduleFileExtensions: ['ts', 'js', 'json'],
   moduleNameMapper: {
     '^nestjs-outbox$': '<rootDir>/lib/index.ts',

@@ -14,6 +14,7 @@ import { dialectName, schemaStatements } from './stores/typeorm/dialects';
 import { DialectName } from './stores/typeorm/dialects/sql-dialect';
 import {
   ensureOutboxSchema,
+  OUTBOX_SCHEMA_VERSION,
   OutboxSchemaStatus,
   outboxSchemaStatus,
 } from './stores/typeorm/schema/schema';
@@ -26,7 +27,7 @@ export interface CliIo {
 
 const USAGE = `Usage: nestjs-outbox schema <sql|migrate|status> [--outbox] [--inbox] [options]
 
-  schema sql      print the DDL (no connection needed with --dialect)
+  schema sql      print the DDL (no connection needed with --dialect), for a migration file
   schema migrate  create missing tables and indexes (safe to run concurrently)
   schema status   exit 0 when up to date, 1 when missing or behind, 2 on error
 
@@ -42,10 +43,12 @@ Options:
   --url <url>            postgres://…, mysql://…, mariadb://… or sqlite:<file>
   --prefix <prefix>      table prefix of both (default outbox_: outbox_events, outbox_inbox, …)
   --schema <schema>      PostgreSQL schema
+  --upgrade              with "schema sql": the steps that bring outbox tables of an earlier
+                         version (see "schema status") to this one, instead of creating them
 `;
 
 const VALUE_FLAGS = new Set(['dialect', 'data-source', 'url', 'prefix', 'schema']);
-const BOOLEAN_FLAGS = new Set(['outbox', 'inbox', 'help']);
+const BOOLEAN_FLAGS = new Set(['outbox', 'inbox', 'help', 'upgrade']);
 
 interface Args {
   positional: string[];
@@ -166,21 +169,31 @@ function inboxTableOptions(flags: Record<string, string>): InboxTableOptions {
 
 /**
  * `server` names the MySQL-family server when known (`mysql`, `mariadb`, or `SELECT VERSION()`):
- * the two spell their NO PAD binary collation differently.
+ * the two spell their NO PAD binary collation differently. The outbox part ends by recording the
+ * schema version, as `schema migrate` does, so a store with `ensureSchema: false` accepts the
+ * tables. `upgrade`: what `schema migrate` runs on tables of an earlier version (missing tables
+ * and indexes, then each upgrade step); the inbox table has one version, so it is left out.
  */
 function printSql(
   io: CliIo,
   name: DialectName,
   parts: Parts,
   flags: Record<string, string>,
-  server?: string,
+  server: string | undefined,
+  upgrade: boolean,
 ): void {
   if (parts.outbox) {
-    const tables = outboxTables(flags);
-    io.out('-- outbox tables');
-    for (const ddl of schemaStatements(name, tables, server).create) io.out(`${ddl};`);
+    const ddl = schemaStatements(name, outboxTables(flags), server);
+    io.out(
+      upgrade
+        ? `-- outbox tables: upgrade from an earlier version to version ${OUTBOX_SCHEMA_VERSION}`
+        : '-- outbox tables',
+    );
+    for (const statement of ddl.create) io.out(`${statement};`);
+    if (upgrade) for (const statement of ddl.upgrade) io.out(`${statement};`);
+    io.out(`${ddl.record(OUTBOX_SCHEMA_VERSION)};`);
   }
-  if (parts.inbox) {
+  if (parts.inbox && !upgrade) {
     const dialect = inboxDialectFor(name, '--dialect');
     const { tablePrefix = 'outbox_', schema } = inboxTableOptions(flags);
     io.out('-- inbox table (@Inbox())');
@@ -303,9 +316,22 @@ export async function runCli(
     return 2;
   }
   const parts = partsOf(switches);
+  const upgrade = switches.has('upgrade');
+  if (upgrade && command !== 'sql') {
+    io.err(
+      `nestjs-outbox: --upgrade is for "schema sql" ("schema migrate" upgrades on its own)\n\n${USAGE}`,
+    );
+    return 2;
+  }
+  if (upgrade && parts.explicit && !parts.outbox) {
+    io.err(
+      'nestjs-outbox: --upgrade concerns the outbox tables; the inbox table has no earlier version',
+    );
+    return 2;
+  }
   try {
     if (command === 'sql' && flags.dialect) {
-      printSql(io, dialectName(flags.dialect), parts, flags, flags.dialect);
+      printSql(io, dialectName(flags.dialect), parts, flags, flags.dialect, upgrade);
       return 0;
     }
     const dataSource = await openDataSource(flags);
@@ -316,7 +342,7 @@ export async function runCli(
           name === 'mysql'
             ? String((await dataSource.query('SELECT VERSION() AS v'))[0]?.v ?? '')
             : undefined;
-        printSql(io, name, parts, flags, server);
+        printSql(io, name, parts, flags, server, upgrade);
         return 0;
       }
       return command === 'migrate'

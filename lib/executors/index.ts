@@ -4,6 +4,7 @@ export { kyselyExecutor } from './kysely-executor';
 export type { KyselyExecutorOptions } from './kysely-executor';
 export { mikroOrmExecutor } from './mikro-orm-executor';
 export { pgExecutor } from './pg-executor';
+export { pgliteExecutor } from './pglite-executor';
 export type {
   CallerTransaction,
   CommitHooks,

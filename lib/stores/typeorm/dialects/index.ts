@@ -6,7 +6,7 @@ import { mysqlDdl, mysqlTextCollation } from './mysql/ddl';
 import { MysqlDialect } from './mysql/dialect';
 import { postgresDdl } from './postgres/ddl';
 import { PostgresDialect } from './postgres/dialect';
-import { DialectName, SqlDialect } from './sql-dialect';
+import { DialectName, SchemaDdl, SqlDialect } from './sql-dialect';
 import { sqliteDdl } from './sqlite/ddl';
 import { SqliteDialect } from './sqlite/dialect';
 
@@ -26,7 +26,7 @@ export function schemaStatements(
   name: DialectName,
   options: OutboxTableOptions,
   server = 'mariadb',
-): { create: string[]; drop: string[]; upgrade: string[] } {
+): SchemaDdl {
   const tables = outboxTableNames(name, options);
   return name === 'postgres'
     ? postgresDdl(tables)

@@ -298,6 +298,8 @@ export interface SchemaDdl {
   create: string[];
   drop: string[];
   upgrade: string[];
+  /** The statement recording that the tables are at `version`, for migrations written as SQL. */
+  record: (version: number) => string;
 }
 
 /**

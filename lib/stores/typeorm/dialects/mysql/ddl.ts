@@ -23,6 +23,7 @@ export function mysqlDdl(
   create: string[];
   drop: string[];
   upgrade: string[];
+  record: (version: number) => string;
 } {
   const E = t.events.text;
   const D = t.deliveries.text;
@@ -102,5 +103,8 @@ export function mysqlDdl(
     `ALTER TABLE ${D} MODIFY event_type ${text(255, false)}, MODIFY event_key ${text(512, true)}, MODIFY handler ${text(255, false)}, MODIFY lease_owner ${text(255, true)}`,
     `ALTER TABLE ${DL} MODIFY event_type ${text(255, false)}, MODIFY event_key ${text(512, true)}, MODIFY handler ${text(255, false)}`,
   ];
-  return { create, drop, upgrade };
+  // Records `version` unless tables at it (or later) are recorded: a migration may run it again.
+  const record = (version: number) =>
+    `INSERT INTO ${t.version.text} (version, applied_at) SELECT ${version}, UTC_TIMESTAMP(3) FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM ${t.version.text} WHERE version >= ${version})`;
+  return { create, drop, upgrade, record };
 }

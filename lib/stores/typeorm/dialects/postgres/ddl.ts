@@ -9,6 +9,7 @@ export function postgresDdl(t: OutboxTableNames): {
   create: string[];
   drop: string[];
   upgrade: string[];
+  record: (version: number) => string;
 } {
   const E = t.events.text;
   const D = t.deliveries.text;
@@ -79,5 +80,8 @@ export function postgresDdl(t: OutboxTableNames): {
     `DELETE FROM ${D} WHERE status NOT IN ('pending', 'leased')`,
     `DROP INDEX IF EXISTS ${t.schema ? `"${t.schema}".` : ''}${n('deliveries_done_idx')}`,
   ];
-  return { create, drop, upgrade };
+  // Records `version` unless tables at it (or later) are recorded: a migration may run it again.
+  const record = (version: number) =>
+    `INSERT INTO ${t.version.text} (version, applied_at) SELECT ${version}, now() WHERE NOT EXISTS (SELECT 1 FROM ${t.version.text} WHERE version >= ${version})`;
+  return { create, drop, upgrade, record };
 }
