@@ -3,6 +3,7 @@ export { drizzleExecutor } from './drizzle-executor';
 export { kyselyExecutor } from './kysely-executor';
 export type { KyselyExecutorOptions } from './kysely-executor';
 export { pgExecutor } from './pg-executor';
+export { prismaExecutor } from './prisma-executor';
 export type {
   CallerTransaction,
   CommitHooks,
