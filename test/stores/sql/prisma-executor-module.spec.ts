@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { resolve } from 'node:path';
 import { ClsPluginTransactional, Transactional } from '@nestjs-cls/transactional';
 import { TransactionalAdapterPrisma } from '@nestjs-cls/transactional-adapter-prisma';
 import { INestApplication, Injectable, Module } from '@nestjs/common';
@@ -18,6 +20,7 @@ import {
   prismaExecutor,
   SqlExecutor,
 } from 'nestjs-outbox';
+import { TS_REGISTER } from '../../support/child-process';
 import { describeWithService } from '../../support/services';
 import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { openPool, pgStoreFor } from './pg-test-helpers';
@@ -342,5 +345,29 @@ describe('prismaExecutor(prisma)', () => {
       await prisma.$disconnect();
       await pool.end();
     }
+  });
+
+  it('names @prisma/adapter-pg and its install command when it is not installed', () => {
+    const script = `
+      const Module = require('node:module');
+      const resolveFilename = Module._resolveFilename;
+      Module._resolveFilename = function (request, ...rest) {
+        if (request === '@prisma/adapter-pg') {
+          throw Object.assign(new Error("Cannot find module '" + request + "'"), { code: 'MODULE_NOT_FOUND' });
+        }
+        return resolveFilename.call(this, request, ...rest);
+      };
+      const { prismaExecutor } = require('./lib/index.ts');
+      try { prismaExecutor({}); console.log(JSON.stringify('accepted')); }
+      catch (error) { console.log(JSON.stringify(error.message)); }
+    `;
+    const out = execFileSync(process.execPath, ['-r', TS_REGISTER, '-e', script], {
+      cwd: resolve(__dirname, '..', '..', '..'),
+      encoding: 'utf8',
+      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
+    });
+    expect(JSON.parse(out.trim().split('\n').pop()!)).toMatch(
+      /The Prisma executor \(prismaExecutor\) needs the optional package "@prisma\/adapter-pg".*npm install @prisma\/adapter-pg/s,
+    );
   });
 });
