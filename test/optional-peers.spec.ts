@@ -15,7 +15,7 @@ describe('optional peer dependencies', () => {
       require('./lib/index.ts');
       const loaded = Object.keys(require.cache);
       // (@nestjs/core itself loads @nestjs/microservices when installed, so it is not checked here.)
-      const peers = ['typeorm', 'ioredis', 'pg', 'drizzle-orm', 'kysely', '@mikro-orm/core', '@mikro-orm/postgresql', 'knex', 'mysql2', 'better-sqlite3', '@nestjs/typeorm', 'nestjs-cls', '@nestjs-cls/transactional', 'amqplib', 'prom-client', '@nestjs/terminus', '@opentelemetry/api', '@nestjs/event-emitter'];
+      const peers = ['typeorm', 'ioredis', 'pg', 'drizzle-orm', 'kysely', '@mikro-orm/core', '@mikro-orm/postgresql', 'knex', '@prisma/client', '@prisma/adapter-pg', '@electric-sql/pglite', 'mysql2', 'better-sqlite3', '@nestjs/typeorm', 'nestjs-cls', '@nestjs-cls/transactional', 'amqplib', 'prom-client', '@nestjs/terminus', '@opentelemetry/api', '@nestjs/event-emitter'];
       console.log(JSON.stringify(peers.filter((p) => loaded.some((f) => f.includes('/node_modules/' + p + '/')))));
     `;
     const out = execFileSync(process.execPath, ['-r', TS_REGISTER, '-e', script], {

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import * as ts from 'typescript';
 
@@ -77,6 +77,13 @@ describe('README snippets', () => {
     (_name, options) => {
       const dir = mkdtempSync(join(root, 'test', '.readme-'));
       try {
+        // The Prisma snippet imports the client `prisma generate` writes into the app
+        // (`./generated/prisma/client`): here, the one generated for the tests.
+        mkdirSync(join(dir, 'generated', 'prisma'), { recursive: true });
+        writeFileSync(
+          join(dir, 'generated', 'prisma', 'client.ts'),
+          "export * from '../../../fixtures/prisma/generated/client';\n",
+        );
         const files = snippets.map((code, i) => {
           const file = join(dir, `snippet-${i + 1}.ts`);
           // Each snippet is its own module even when it has no import.

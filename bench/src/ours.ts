@@ -44,6 +44,7 @@ class BenchAppModule {
 
 export type OurStore =
   | { kind: 'typeorm'; dataSource: DataSource; tablePrefix?: string }
+  | { kind: 'sql'; executor: unknown; tablePrefix?: string }
   | { kind: 'redis'; prefix?: string };
 
 export interface OurApp {
@@ -65,7 +66,14 @@ export async function createOurApp(
           tablePrefix: store.tablePrefix ?? TABLE_PREFIX,
           ensureSchema: true,
         }
-      : { type: 'redis', url: REDIS_URL, prefix: store.prefix ?? OUR_REDIS_PREFIX };
+      : store.kind === 'sql'
+        ? {
+            type: 'sql',
+            executor: store.executor,
+            tablePrefix: store.tablePrefix ?? TABLE_PREFIX,
+            ensureSchema: true,
+          }
+        : { type: 'redis', url: REDIS_URL, prefix: store.prefix ?? OUR_REDIS_PREFIX };
   const app = await NestFactory.createApplicationContext(
     BenchAppModule.forRoot(storeOptions, dispatcher),
     { logger: ['error', 'warn'] },

@@ -178,6 +178,25 @@ const SCENARIOS: Scenario[] = [
     ],
   },
   {
+    id: 'prisma-append-tx',
+    file: 'prisma-append-tx.ts',
+    title: `prisma-append-tx — one Prisma interactive transaction per event ($transaction: INSERT business row; + nothing / a raw outbox INSERT / outbox.append({ tx }) with prismaExecutor), PostgreSQL, 1 client × ${envInt('BENCH_PRISMA_TX_N_1', 1_000)} and 8 clients × ${envInt('BENCH_PRISMA_TX_N_8', 500)} transactions (transactions/s)`,
+    variants: ['business-1', 'raw-1', 'ours-1', 'business-8', 'raw-8', 'ours-8'],
+    pairs: [
+      ['ours-1', 'raw-1'],
+      ['ours-8', 'raw-8'],
+      ['ours-1', 'business-1'],
+      ['raw-1', 'business-1'],
+      ['ours-8', 'business-8'],
+      ['raw-8', 'business-8'],
+    ],
+    metrics: [
+      { key: 'txPerSec', label: 'tx/s', higherIsBetter: true },
+      { key: 'cpuUsPerTx', label: 'Node CPU µs/tx', higherIsBetter: false },
+      { key: 'pgCpuUsPerTx', label: 'PG CPU µs/tx', higherIsBetter: false },
+    ],
+  },
+  {
     id: 'inbox',
     file: 'inbox.ts',
     title: `inbox — one business transaction per message (BEGIN; inbox claim; INSERT business row; COMMIT), raw claim vs InboxStore.run, PostgreSQL, 1 client × ${envInt('BENCH_INBOX_N_1', 2_000)} and 8 clients × ${envInt('BENCH_INBOX_N_8', 1_000)} messages (messages/s)`,

@@ -5,6 +5,7 @@ export type { KyselyExecutorOptions } from './kysely-executor';
 export { mikroOrmExecutor } from './mikro-orm-executor';
 export { pgExecutor } from './pg-executor';
 export { pgliteExecutor } from './pglite-executor';
+export { prismaExecutor } from './prisma-executor';
 export type {
   CallerTransaction,
   CommitHooks,

@@ -1,5 +1,7 @@
+import { generatePrismaClient } from './prisma-client';
 import { probeServices } from './services';
 
 export default async function globalSetup(): Promise<void> {
+  generatePrismaClient();
   await probeServices();
 }

@@ -165,7 +165,9 @@ export class PostgresWakeups {
    * One NOTIFY inside a caller's open transaction (executors that cannot report its commit):
    * PostgreSQL delivers it when that transaction commits, to every listener — this store's own
    * too (the payload is not its origin), since its dispatcher heard nothing in-process — and
-   * drops it on rollback. Skipped while no connection listens, this process's included.
+   * drops it on rollback. Skipped while no connection listens, this process's included. It
+   * selects a row, not pg_notify's `void`: clients that type every result column (Prisma's raw
+   * queries) refuse a `void` column.
    */
   async notifyIn(connection: SqlConnection): Promise<void> {
     if (this.ownListeners.size === 0 && !(await this.othersListening())) {
@@ -174,7 +176,10 @@ export class PostgresWakeups {
     }
     const { channel } = await this.resolve();
     this.counts.sent++;
-    await connection.query({ text: 'SELECT pg_notify($1, $2)', params: [channel, 'commit'] });
+    await connection.query({
+      text: 'SELECT 1 AS sent FROM pg_notify($1, $2)',
+      params: [channel, 'commit'],
+    });
   }
 
   /**
