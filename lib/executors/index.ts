@@ -2,11 +2,13 @@
 export { drizzleExecutor } from './drizzle-executor';
 export { kyselyExecutor } from './kysely-executor';
 export type { KyselyExecutorOptions } from './kysely-executor';
+export { mysql2Executor } from './mysql2-executor';
 export { pgExecutor } from './pg-executor';
 export type {
   CallerTransaction,
   CommitHooks,
   ListenerConnection,
+  MysqlServerFlavor,
   SqlConnection,
   SqlExecutor,
   SqlExecutorDialect,
