@@ -1,4 +1,6 @@
-import { afterAll, beforeAll, expect, it, jest } from '@jest/globals';
+import { execFileSync } from 'node:child_process';
+import { resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { INestApplication, Injectable, Module } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
@@ -15,6 +17,7 @@ import {
   OutboxValidationError,
 } from 'nestjs-outbox';
 import { Mysql2Connection } from '../../../lib/executors/mysql2-executor';
+import { TS_REGISTER } from '../../support/child-process';
 import { describeWithService, SERVICES } from '../../support/services';
 import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { mysql2StoreFor, openMysqlPool } from './mysql2-test-helpers';
@@ -307,5 +310,31 @@ describeWithService('mariadb', 'mysql2Executor', () => {
       await pool.query(`DROP TABLE IF EXISTS ${table}`);
       await pool.end();
     }
+  });
+});
+
+describe('mysql2Executor without mysql2 installed', () => {
+  it('names the package to install', () => {
+    const script = `
+      const Module = require('node:module');
+      const resolveFilename = Module._resolveFilename;
+      Module._resolveFilename = function (request, ...rest) {
+        if (request === 'mysql2' || request.startsWith('mysql2/')) {
+          throw Object.assign(new Error("Cannot find module '" + request + "'"), { code: 'MODULE_NOT_FOUND' });
+        }
+        return resolveFilename.call(this, request, ...rest);
+      };
+      require('reflect-metadata');
+      const { mysql2Executor } = require('./lib/index.ts');
+      try { mysql2Executor({}); console.log('no error'); } catch (e) { console.log(e.name + ': ' + e.message); }
+    `;
+    const out = execFileSync(process.execPath, ['-r', TS_REGISTER, '-e', script], {
+      cwd: resolve(__dirname, '..', '..', '..'),
+      encoding: 'utf8',
+      env: { ...process.env, TS_NODE_PROJECT: 'tsconfig.json' },
+    });
+    expect(out.trim().split('\n').pop()).toMatch(
+      /MissingDependencyError: .*mysql2Executor.*"mysql2".*npm install mysql2/,
+    );
   });
 });
