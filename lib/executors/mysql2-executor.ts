@@ -1,4 +1,4 @@
-import { refuseTypeOrmTx } from './caller-transaction-checks';
+import { refuseTypeOrmTx, TxRefusalContext } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
@@ -18,7 +18,7 @@ import {
  * API wraps (`promisePool.pool`, `promiseConnection.connection`): one code path for both APIs,
  * and every statement queued on the connection the moment it is called.
  */
-interface CoreConnection {
+export interface CoreConnection {
   query(
     text: string,
     params: unknown[],
@@ -65,7 +65,7 @@ function isCorePool(value: unknown): value is CorePool {
   );
 }
 
-function poolOf(value: unknown): CorePool | undefined {
+export function poolOf(value: unknown): CorePool | undefined {
   if (isCorePool(value)) return value;
   const wrapped = (value as PromiseWrapper | null)?.pool;
   return isCorePool(wrapped) ? wrapped : undefined;
@@ -82,7 +82,7 @@ function isCoreConnection(value: unknown): value is CoreConnection {
   );
 }
 
-function connectionOf(value: unknown): CoreConnection | undefined {
+export function connectionOf(value: unknown): CoreConnection | undefined {
   if (isCoreConnection(value)) return value;
   const wrapped = (value as PromiseWrapper | null)?.connection;
   return isCoreConnection(wrapped) ? wrapped : undefined;
@@ -126,7 +126,7 @@ export class Mysql2Connection implements SqlConnection {
  * called `beginTransaction()`. mysql2 has no commit hook: see `CommitWatch.inTransaction` for
  * what replaces it.
  */
-class Mysql2Executor implements SqlExecutor {
+export class Mysql2Executor implements SqlExecutor {
   readonly sqlExecutor = true;
   readonly client = 'mysql2';
   readonly txOption = 'tx';
@@ -235,6 +235,18 @@ class Mysql2Executor implements SqlExecutor {
         `is not a mysql2 PoolConnection, got ${describeValue(tx)}. ${HOW_TO_TX}`,
       );
     }
+    return this.callerTransaction(connection, MYSQL2_TX);
+  }
+
+  /**
+   * The transaction open on `connection`, a pooled connection the caller holds (directly, or
+   * under a Drizzle transaction), or a refusal in the words of `context`.
+   */
+  async callerTransaction(
+    connection: CoreConnection,
+    context: TxRefusalContext,
+  ): Promise<CallerTransaction> {
+    const HOW_TO_TX = context.howTo;
     if (connection._released || connection._pool === null) {
       throw new OutboxValidationError(
         'options.tx',
@@ -244,7 +256,7 @@ class Mysql2Executor implements SqlExecutor {
     if (connection._pool !== this.pool) {
       throw new OutboxValidationError(
         'options.tx',
-        `is not a connection of the pool given to mysql2Executor(pool): its transaction may be on another database. ${HOW_TO_TX}`,
+        `is not a connection of the pool given to ${context.executorCall}: its transaction may be on another database. ${HOW_TO_TX}`,
       );
     }
     if (connection._closing || connection._fatalError) {
@@ -258,7 +270,7 @@ class Mysql2Executor implements SqlExecutor {
       if (status === undefined || (status & AUTOCOMMIT) !== 0) {
         throw new OutboxValidationError(
           'options.tx',
-          `is not inside an open transaction (no beginTransaction()), so the event could be committed without your business write. ${HOW_TO_TX}`,
+          `is not inside an open transaction, so the event could be committed without your business write. ${HOW_TO_TX}`,
         );
       }
     }

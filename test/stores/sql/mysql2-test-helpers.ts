@@ -4,15 +4,16 @@ import { createDialect } from '../../../lib/stores/typeorm/dialects';
 import { ensureOutboxSchema, SqlOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { SERVICES } from '../../support/services';
 
+export const mysqlConnectionOptions = {
+  host: SERVICES.mariadb.host,
+  port: SERVICES.mariadb.port,
+  user: process.env.MYSQL_USER ?? 'root',
+  password: process.env.MYSQL_PASSWORD ?? '',
+  database: process.env.MYSQL_DATABASE ?? 'test',
+};
+
 export function openMysqlPool(connectionLimit = 10): Pool {
-  return createPool({
-    host: SERVICES.mariadb.host,
-    port: SERVICES.mariadb.port,
-    user: process.env.MYSQL_USER ?? 'root',
-    password: process.env.MYSQL_PASSWORD ?? '',
-    database: process.env.MYSQL_DATABASE ?? 'test',
-    connectionLimit,
-  });
+  return createPool({ ...mysqlConnectionOptions, connectionLimit });
 }
 
 /** Creates the outbox tables for `prefix` through the mysql2 executor; a store and helpers on them. */
