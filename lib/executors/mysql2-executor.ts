@@ -188,11 +188,17 @@ export class Mysql2Executor implements SqlExecutor {
     const connection = await this.acquire();
     let broken = false;
     try {
-      // Without a scope, SET TRANSACTION sets the next transaction's isolation only.
-      if (options.isolation) {
-        await send(connection, `SET TRANSACTION ISOLATION LEVEL ${options.isolation}`, []);
+      try {
+        // Without a scope, SET TRANSACTION sets the next transaction's isolation only: a
+        // connection that could not start that transaction is not given back with it pending.
+        if (options.isolation) {
+          await send(connection, `SET TRANSACTION ISOLATION LEVEL ${options.isolation}`, []);
+        }
+        await send(connection, 'START TRANSACTION', []);
+      } catch (error) {
+        broken = true;
+        throw error;
       }
-      await send(connection, 'START TRANSACTION', []);
       try {
         const tx = this.given === this.pool ? connection : promiseOf(connection);
         const result = await fn(tx, new Mysql2Connection(connection));
