@@ -2,6 +2,7 @@ import { refuseTypeOrmTx, requireOpenTransaction } from './caller-transaction-ch
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
+import { drizzleMysqlExecutor } from './drizzle-mysql';
 import { PgClientLike, PgConnection, pgExecutor, transactionStatus } from './pg-executor';
 import {
   CallerTransaction,
@@ -208,6 +209,9 @@ class DrizzleExecutor implements SqlExecutor {
  * `drizzle-orm` and `pg` are optional peers: a missing one is named with its install command.
  */
 export function drizzleExecutor(db: unknown): SqlExecutor {
+  // MySQL/MariaDB (drizzle-orm/mysql2): lib/executors/drizzle-mysql.ts.
+  const mysql = drizzleMysqlExecutor(db);
+  if (mysql) return mysql;
   assertInstalled('The Drizzle executor (drizzleExecutor)', ['drizzle-orm', 'pg']);
   const { is, PgDatabase, PgTransaction } = drizzleModules();
   const HOW =

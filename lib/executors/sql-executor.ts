@@ -33,7 +33,18 @@ export interface SqlRows {
 /** A connection the executor handed out: pooled, in its own transaction, or the caller's. */
 export interface SqlConnection {
   query(statement: SqlStatement): Promise<SqlRows>;
+  /**
+   * MySQL/MariaDB: sends `second` right behind `first` on this connection, both queued before
+   * either answer comes back, so the server runs the second the moment the first is done (the
+   * MariaDB claim sets the isolation of its own statement this way, see the MySQL dialect).
+   * Resolves with the second's rows even when the first failed (the second may have leased
+   * rows); rejects with the second's error. Absent: the dialect sends them one after the other.
+   */
+  queryBackToBack?(first: SqlStatement, second: SqlStatement): Promise<SqlRows>;
 }
+
+/** Which MySQL-family server a `'mysql'` dialect executor talks to. */
+export type MysqlServerFlavor = 'mysql' | 'mariadb';
 
 /** A caller's transaction the executor recognised. */
 export interface CallerTransaction {
@@ -74,6 +85,12 @@ export interface SqlExecutor {
   readonly txOption: 'manager' | 'tx';
   /** The SQL dialect of the database behind the client. */
   readonly dialect: SqlExecutorDialect;
+  /**
+   * `'mysql'` dialect: MariaDB or MySQL (MariaDB has `INSERT/DELETE … RETURNING`, which its
+   * claim, append and ack use). Asked once, before the dialect's first statement; it may ask the
+   * server. Absent: MySQL, whose statements MariaDB runs too.
+   */
+  serverFlavor?(): Promise<MysqlServerFlavor>;
   /** Runs one statement on a pooled connection; it commits on its own. */
   query(statement: SqlStatement): Promise<SqlRows>;
   /** Runs `fn` on one pooled connection, outside any transaction (each statement commits). */

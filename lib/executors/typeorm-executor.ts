@@ -6,6 +6,7 @@ import {
   CommitHooks,
   describeValue,
   ListenerConnection,
+  MysqlServerFlavor,
   SqlConnection,
   SqlExecutor,
   SqlIsolationLevel,
@@ -41,6 +42,15 @@ interface PgClient {
   }>;
 }
 
+/** The callback API of the mysql2 connection under a TypeORM MySQL query runner. */
+interface Mysql2Connection {
+  query(
+    text: string,
+    params: unknown[],
+    callback: (error: unknown, result: unknown) => void,
+  ): unknown;
+}
+
 /** The pg module TypeORM loaded for a PostgreSQL DataSource. */
 type PgClientClass = new (config: Record<string, unknown>) => unknown;
 
@@ -58,6 +68,34 @@ export class TypeOrmConnection implements SqlConnection {
     return { rows: (result.records ?? []) as SqlRows['rows'], affected: result.affected ?? 0 };
   }
 
+  private get dataSource(): DataSource {
+    return (this.runner as { dataSource?: DataSource }).dataSource ?? this.runner.connection;
+  }
+
+  /**
+   * MySQL/MariaDB: both statements go to the mysql2 connection under the runner directly, queued
+   * before either answer comes back (TypeORM's `query` awaits its subscribers before it sends, so
+   * two calls could reach the connection in either order). Logged like TypeORM's own.
+   */
+  async queryBackToBack(first: SqlStatement, second: SqlStatement): Promise<SqlRows> {
+    const connection = (await this.runner.connect()) as Mysql2Connection;
+    const send = ({ text, params }: SqlStatement) => {
+      const values = params as unknown[];
+      this.dataSource.logger.logQuery(text, values, this.runner);
+      return new Promise<unknown>((resolve, reject) => {
+        connection.query(text, values, (error, result) =>
+          error ? reject(queryFailed(text, values, error)) : resolve(result),
+        );
+      });
+    };
+    const [, result] = await Promise.allSettled([send(first), send(second)]);
+    if (result.status === 'rejected') throw result.reason;
+    const rows = result.value as { affectedRows?: number } | SqlRows['rows'];
+    return Array.isArray(rows)
+      ? { rows, affected: rows.length }
+      : { rows: [], affected: rows.affectedRows ?? 0 };
+  }
+
   /** PostgreSQL: a named prepared statement on the pooled `pg` client under the runner. */
   private async prepared(name: string, text: string, values: unknown[]): Promise<SqlRows> {
     const client = (await this.runner.connect()) as PgClient;
@@ -66,10 +104,15 @@ export class TypeOrmConnection implements SqlConnection {
       return { rows: result.rows ?? [], affected: result.rowCount ?? 0 };
     } catch (error) {
       // The same error TypeORM would throw, so callers see one kind whichever path ran.
-      const { QueryFailedError } = require('typeorm') as typeof import('typeorm');
-      throw new QueryFailedError(text, values, error as Error);
+      throw queryFailed(text, values, error);
     }
   }
+}
+
+/** The error TypeORM would throw for a failed statement (typeorm loaded only when one fails). */
+function queryFailed(text: string, params: unknown[], error: unknown): Error {
+  const { QueryFailedError } = require('typeorm') as typeof import('typeorm');
+  return new QueryFailedError(text, params, error as Error);
 }
 
 /**
@@ -91,6 +134,11 @@ export class TypeOrmExecutor implements SqlExecutor {
   /** MariaDB rather than MySQL (the MySQL dialect's claim and DDL differ). */
   get mariadb(): boolean {
     return this.dataSource.options.type === 'mariadb';
+  }
+
+  /** From the driver type the DataSource was configured with (`mariadb` or `mysql`). */
+  async serverFlavor(): Promise<MysqlServerFlavor> {
+    return this.mariadb ? 'mariadb' : 'mysql';
   }
 
   async query(statement: SqlStatement): Promise<SqlRows> {

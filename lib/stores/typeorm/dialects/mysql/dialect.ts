@@ -1,5 +1,4 @@
 import type { SqlConnection } from '../../../../executors/sql-executor';
-import { TypeOrmConnection, TypeOrmExecutor } from '../../../../executors/typeorm-executor';
 import { mysqlDdl, mysqlTextCollation } from './ddl';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
 import { join, list, raw, sql, SqlText } from '../../sql';
@@ -63,14 +62,12 @@ class BackToBack extends SqlText {
   }
 }
 
-/** The callback API of the mysql2 connection under a TypeORM MySQL query runner. */
-interface Mysql2Connection {
-  query(
-    text: string,
-    params: unknown[],
-    callback: (error: unknown, result: unknown) => void,
-  ): unknown;
-}
+/**
+ * What `claimRunOptions` and `deleteLeasedRunOptions` give before the server is known: `run`
+ * replaces them with the server's own once it has asked (see `resolveFlavor`).
+ */
+const UNRESOLVED_CLAIM: RunOptions = Object.freeze({});
+const UNRESOLVED_DELETE: RunOptions = Object.freeze({});
 
 /** `2026-01-02 03:04:05.678` in UTC, the literal form of a `DATETIME(3)`. */
 function utcLiteral(value: Date): string {
@@ -90,15 +87,50 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   // Stay well below the default max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL 8).
   readonly maxStatementBytes = 4 * 1024 * 1024;
 
-  /** MariaDB has `INSERT/DELETE … RETURNING`; MySQL does not. */
-  private readonly mariadb: boolean;
+  /**
+   * MariaDB has `INSERT/DELETE … RETURNING`; MySQL does not. Set once by `resolveFlavor`, before
+   * the first statement, and never changed after: a claim's run options and its plan must agree.
+   */
+  private mariadb = false;
+  private flavorKnown = false;
+  private flavorAsked: Promise<void> | undefined;
   /** Text collation of the DDL; `inspectServer` sets the server's own. */
   private collation = mysqlTextCollation('MariaDB');
 
   constructor(ctx: DialectContext) {
     super(ctx);
     this.tables = ctx.tables;
-    this.mariadb = (ctx.executor as Partial<TypeOrmExecutor>).mariadb === true;
+  }
+
+  /**
+   * Asks the executor which server it talks to (`serverFlavor`), once; an executor that cannot
+   * tell gets MySQL's statements, which MariaDB runs too. A failed question is asked again next
+   * time.
+   */
+  private resolveFlavor(): Promise<void> {
+    this.flavorAsked ??= (async () => {
+      try {
+        this.mariadb = (await this.ctx.executor.serverFlavor?.()) === 'mariadb';
+        this.flavorKnown = true;
+      } finally {
+        this.flavorAsked = undefined;
+      }
+    })();
+    return this.flavorAsked;
+  }
+
+  override async run<T>(plan: () => Plan<T>, options: RunOptions = {}): Promise<T> {
+    if (!this.flavorKnown) {
+      await this.resolveFlavor();
+      if (options === UNRESOLVED_CLAIM) options = this.claimRunOptions;
+      if (options === UNRESOLVED_DELETE) options = this.deleteLeasedRunOptions;
+    }
+    return super.run(plan, options);
+  }
+
+  override async runOn<T>(connection: SqlConnection, plan: () => Plan<T>): Promise<T> {
+    if (!this.flavorKnown) await this.resolveFlavor();
+    return super.runOn(connection, plan);
   }
 
   /**
@@ -116,6 +148,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
    * retried.
    */
   get claimRunOptions(): RunOptions {
+    if (!this.flavorKnown) return UNRESOLVED_CLAIM;
     return this.mariadb && this.oneStatementClaim !== false
       ? { deadlockRetries: 5 }
       : { transaction: true, isolation: 'READ COMMITTED', deadlockRetries: 5 };
@@ -129,40 +162,16 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
   }
 
   /**
-   * `BackToBack` statements go to the mysql2 connection directly, both queued before either
-   * answer comes back (TypeORM's `query` awaits its subscribers before it sends, so two calls
-   * could reach the connection in either order). They are logged like TypeORM's own. When the
-   * second statement ran, its result is returned even if the first failed: it may have leased rows.
+   * `BackToBack` statements go to the executor's connection together (`queryBackToBack`), both
+   * queued before either answer comes back. A connection without that hook runs them one after
+   * the other (same order, one more wait), the second only when the first succeeded.
    */
   protected override exec(connection: SqlConnection, stmt: SqlText): Promise<StatementResult> {
     if (!(stmt instanceof BackToBack)) return super.exec(connection, stmt);
-    if (!(connection instanceof TypeOrmConnection)) {
-      // Only TypeORM reaches MySQL/MariaDB in this release (mysql2's executor: issue 26).
-      throw new Error('nestjs-outbox: MySQL/MariaDB statements run through TypeORM only');
-    }
-    return this.execBackToBack(connection.runner, stmt);
-  }
-
-  private async execBackToBack(
-    runner: TypeOrmConnection['runner'],
-    stmt: BackToBack,
-  ): Promise<StatementResult> {
-    const connection = (await runner.connect()) as Mysql2Connection;
-    const send = (part: SqlText) => {
-      const { text, params } = this.compile(part);
-      (this.ctx.executor as TypeOrmExecutor).dataSource.logger.logQuery(text, params, runner);
-      return new Promise<unknown>((resolve, reject) => {
-        connection.query(text, params, (error, result) =>
-          error ? reject(queryFailed(text, params, error)) : resolve(result),
-        );
-      });
-    };
-    const [, second] = await Promise.allSettled([send(stmt.first), send(stmt.second)]);
-    if (second.status === 'rejected') throw second.reason;
-    const result = second.value as { affectedRows?: number } | Row[];
-    return Array.isArray(result)
-      ? { rows: result, affected: result.length }
-      : { rows: [], affected: result.affectedRows ?? 0 };
+    const first = this.statement(stmt.first);
+    const second = this.statement(stmt.second);
+    if (connection.queryBackToBack) return connection.queryBackToBack(first, second);
+    return connection.query(first).then(() => connection.query(second));
   }
 
   protected isDeadlock(error: unknown): boolean {
@@ -275,6 +284,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   /** Acks meet claims locking the same rows in another order: a deadlock victim tries again. */
   get deleteLeasedRunOptions(): RunOptions {
+    if (!this.flavorKnown) return UNRESOLVED_DELETE;
     return this.mariadb ? { deadlockRetries: 5 } : this.moveRunOptions;
   }
 
@@ -586,10 +596,4 @@ RETURNING id, handler, attempts, ${this.timeOut(raw('lease_until'))} AS lease_un
   protected ddl(): SchemaDdl {
     return mysqlDdl(this.tables, this.collation);
   }
-}
-
-/** The error TypeORM would throw for a failed statement (typeorm loaded only when one fails). */
-function queryFailed(text: string, params: unknown[], error: unknown): Error {
-  const { QueryFailedError } = require('typeorm') as typeof import('typeorm');
-  return new QueryFailedError(text, params, error as Error);
 }
