@@ -9,6 +9,9 @@ import { resolve } from 'node:path';
 import type { DataSource, DataSourceOptions } from 'typeorm';
 import { IDENTIFIER, inboxDialectFor } from './inbox/dialects';
 import { ensureInboxSchema, InboxStore, InboxTableOptions } from './inbox/inbox.store';
+import { mysql2Executor } from './executors/mysql2-executor';
+import { pgExecutor } from './executors/pg-executor';
+import type { SqlExecutor } from './executors/sql-executor';
 import { assertInstalled } from './optional-peers';
 import { dialectName, schemaStatements } from './stores/typeorm/dialects';
 import { DialectName } from './stores/typeorm/dialects/sql-dialect';
@@ -110,6 +113,19 @@ function optionsFromUrl(url: string): DataSourceOptions {
   );
 }
 
+/**
+ * What a command runs on: a TypeORM DataSource (`--data-source`, `sqlite:`), or, for a
+ * `postgres://` / `mysql://` / `mariadb://` URL, a pool of the driver itself behind its executor,
+ * so an app on Prisma, Drizzle, Kysely or MikroORM needs no TypeORM to migrate.
+ */
+interface CliConnection {
+  source: DataSource | SqlExecutor;
+  dialect: DialectName;
+  /** `SELECT VERSION()` on MySQL/MariaDB (their NO PAD collations differ), else undefined. */
+  serverVersion(): Promise<string | undefined>;
+  close(): Promise<void>;
+}
+
 async function openDataSource(flags: Record<string, string>): Promise<DataSource> {
   if (flags['data-source']) {
     const file = resolve(flags['data-source']);
@@ -127,12 +143,54 @@ async function openDataSource(flags: Record<string, string>): Promise<DataSource
     if (!candidate) throw new Error(`${file} exports no TypeORM DataSource`);
     return candidate.isInitialized ? candidate : candidate.initialize();
   }
-  if (flags.url) {
-    const options = optionsFromUrl(flags.url);
-    const { DataSource: DataSourceClass } = loadTypeOrm(DRIVER_PACKAGES[options.type]);
-    return new DataSourceClass(options).initialize();
+  const options = optionsFromUrl(flags.url);
+  const { DataSource: DataSourceClass } = loadTypeOrm(DRIVER_PACKAGES[options.type]);
+  return new DataSourceClass(options).initialize();
+}
+
+function fromDataSource(dataSource: DataSource): CliConnection {
+  const dialect = dialectName(dataSource.options.type);
+  return {
+    source: dataSource,
+    dialect,
+    serverVersion: async () =>
+      dialect === 'mysql'
+        ? String((await dataSource.query('SELECT VERSION() AS v'))[0]?.v ?? '')
+        : undefined,
+    close: () => dataSource.destroy(),
+  };
+}
+
+async function openConnection(flags: Record<string, string>): Promise<CliConnection> {
+  if (!flags['data-source'] && !flags.url)
+    throw new Error('give --data-source <file> or --url <url>');
+  const scheme = flags.url?.split(':', 1)[0];
+  if (flags['data-source'] || scheme === 'sqlite')
+    return fromDataSource(await openDataSource(flags));
+  optionsFromUrl(flags.url); // refuses an unknown scheme with the list of known ones
+  if (scheme === 'postgres' || scheme === 'postgresql') {
+    assertInstalled('The nestjs-outbox schema CLI (--url postgres://)', ['pg']);
+    const { Pool } = require('pg') as typeof import('pg');
+    const pool = new Pool({ connectionString: flags.url, max: 2 });
+    return {
+      source: pgExecutor(pool),
+      dialect: 'postgres',
+      serverVersion: async () => undefined,
+      close: () => pool.end(),
+    };
   }
-  throw new Error('give --data-source <file> or --url <url>');
+  assertInstalled(`The nestjs-outbox schema CLI (--url ${scheme}://)`, ['mysql2']);
+  const { createPool } = require('mysql2/promise') as typeof import('mysql2/promise');
+  const pool = createPool({ uri: flags.url, connectionLimit: 2 });
+  return {
+    source: mysql2Executor(pool),
+    dialect: 'mysql',
+    serverVersion: async () => {
+      const [rows] = await pool.query('SELECT VERSION() AS v');
+      return String((rows as Array<{ v?: unknown }>)[0]?.v ?? '');
+    },
+    close: () => pool.end(),
+  };
 }
 
 /** The parts a command works on; `explicit` when chosen with --outbox / --inbox. */
@@ -203,7 +261,10 @@ function printSql(
   }
 }
 
-async function inboxPresent(dataSource: DataSource, options: InboxTableOptions): Promise<boolean> {
+async function inboxPresent(
+  dataSource: DataSource | SqlExecutor,
+  options: InboxTableOptions,
+): Promise<boolean> {
   try {
     await new InboxStore(dataSource, options).assertSchema();
     return true;
@@ -214,7 +275,7 @@ async function inboxPresent(dataSource: DataSource, options: InboxTableOptions):
 
 async function migrate(
   io: CliIo,
-  dataSource: DataSource,
+  dataSource: DataSource | SqlExecutor,
   parts: Parts,
   flags: Record<string, string>,
 ): Promise<number> {
@@ -243,7 +304,7 @@ async function migrate(
 
 async function status(
   io: CliIo,
-  dataSource: DataSource,
+  dataSource: DataSource | SqlExecutor,
   parts: Parts,
   flags: Record<string, string>,
 ): Promise<number> {
@@ -334,22 +395,17 @@ export async function runCli(
       printSql(io, dialectName(flags.dialect), parts, flags, flags.dialect, upgrade);
       return 0;
     }
-    const dataSource = await openDataSource(flags);
+    const connection = await openConnection(flags);
     try {
       if (command === 'sql') {
-        const name = dialectName(dataSource.options.type);
-        const server =
-          name === 'mysql'
-            ? String((await dataSource.query('SELECT VERSION() AS v'))[0]?.v ?? '')
-            : undefined;
-        printSql(io, name, parts, flags, server, upgrade);
+        printSql(io, connection.dialect, parts, flags, await connection.serverVersion(), upgrade);
         return 0;
       }
       return command === 'migrate'
-        ? await migrate(io, dataSource, parts, flags)
-        : await status(io, dataSource, parts, flags);
+        ? await migrate(io, connection.source, parts, flags)
+        : await status(io, connection.source, parts, flags);
     } finally {
-      await dataSource.destroy();
+      await connection.close();
     }
   } catch (error) {
     io.err(`nestjs-outbox: ${(error as Error).message}`);
