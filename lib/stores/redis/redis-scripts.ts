@@ -2,7 +2,7 @@
  * Lua scripts of the Redis outbox store. Internal: not exported from the public barrel.
  *
  * Every state change runs as one script, so it is atomic in Redis and reads the clock with `TIME`
- * (README Guarantees 5). ARGV[1] is the key base `<keyPrefix>{prefix}:`; KEYS[1] is `{prefix}:seq`, declared
+ * (docs/guarantees.md, Guarantees 5). ARGV[1] is the key base `<keyPrefix>{prefix}:`; KEYS[1] is `{prefix}:seq`, declared
  * so a Cluster client routes the script to the slot every key of this outbox shares.
  *
  * Layout under the base B:
@@ -23,7 +23,7 @@
  *   u:<type>         zset  unexpanded deliveries (handler '*'), by seq
  *   uk:<len>:<type>:<key>  zset  unexpanded deliveries of one (type, key), by seq; a claim checks
  *                          it so a keyed delivery never overtakes an older event of its key that
- *                          is still unexpanded (README Guarantees 6)
+ *                          is still unexpanded (docs/guarantees.md, Guarantees 6)
  *   pend             zset  every pending delivery, by availableAt (stats: due, oldest)
  *   dead             zset  dead letters, by deadAt; ties by id, which is the cursor order
  *   done             zset  fully delivered events, by completion time (retention)
@@ -123,7 +123,7 @@ local function activate(id)
   if f[4] == 'p' then schedule(id, f[1], tonumber(f[2]), tonumber(f[3])) end
 end
 
--- Only the oldest open delivery of a (handler, key) is active, i.e. visible to claims (README Guarantees 6).
+-- Only the oldest open delivery of a (handler, key) is active, i.e. visible to claims (docs/guarantees.md, Guarantees 6).
 -- An older one arriving late (expansion, replay) takes over unless the current one is running.
 local function enqueue(id, h, k, sq, av)
   if not k then
@@ -289,7 +289,7 @@ if SK and redis.call('HLEN', SK) ~= 2 * n then
   redis.call('DEL', SK)
   return { 'STAGE', ARGV[2] }
 end
--- Check the whole batch first so a conflicting id anywhere writes nothing (README Guarantees 10).
+-- Check the whole batch first so a conflicting id anywhere writes nothing (docs/guarantees.md, Guarantees 10).
 local seen = {}
 for _, ev in ipairs(evs) do
   local c = redis.call('HGET', ekey(ev.id), 'c') or seen[ev.id]
@@ -426,7 +426,7 @@ local function oldestUnexpanded(h, k)
   return m
 end
 
--- Per-key order across expansion (README Guarantees 6): a keyed candidate must not overtake an older event
+-- Per-key order across expansion (docs/guarantees.md, Guarantees 6): a keyed candidate must not overtake an older event
 -- of its key that is still unexpanded. Expand those events (at most cap per claim in all), which
 -- puts their deliveries in front of the candidate, and claim the key's head instead; while some
 -- older ones stay unexpanded (budget spent), the key waits for a later claim. A candidate that an
