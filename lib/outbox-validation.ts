@@ -13,7 +13,7 @@ const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[1-8][0-9a-f]{3}-[89ab][0-9a-f]{3
 /**
  * Why a string cannot be stored as given on every store, or `null`: a NUL (PostgreSQL refuses it
  * in text, a driver error at commit) or a lone UTF-16 surrogate (drivers write U+FFFD or drop it,
- * so two distinct values would become one row's key; README Limits).
+ * so two distinct values would become one row's key; docs/guarantees.md, Limits).
  */
 export function unstorableText(text: string): string | null {
   if (text.includes('\u0000')) {
@@ -65,7 +65,7 @@ function toDate(field: string, value: unknown): Date | null {
 }
 
 /**
- * Checks one event against the limits in the README (Limits; Guarantees 15) and normalizes it. `path` prefixes field
+ * Checks one event against the limits in docs/guarantees.md (Limits; Guarantees 15) and normalizes it. `path` prefixes field
  * names in errors (`events[3]`), so the caller learns exactly which value to fix.
  */
 export function validateEvent(
@@ -171,7 +171,7 @@ export function validateEvent(
       }
       const valueFault = unstorableText(value);
       if (valueFault) throw new OutboxValidationError(`${path}.headers.${name}`, valueFault);
-      // Defined, not assigned: assigning `__proto__` would drop the header (README Limits).
+      // Defined, not assigned: assigning `__proto__` would drop the header (docs/guarantees.md, Limits).
       Object.defineProperty(normalizedHeaders, name, {
         value,
         enumerable: true,

@@ -60,7 +60,7 @@ import { OutboxTracing } from './observability/outbox-tracing';
       useFactory: (options: ResolvedOutboxOptions) => options.inbox,
     },
     {
-      // Loads @opentelemetry/api only with the tracing option (README "Monitoring").
+      // Loads @opentelemetry/api only with the tracing option (docs/monitoring.md).
       provide: OUTBOX_TRACING,
       inject: [OUTBOX_RESOLVED_OPTIONS],
       useFactory: (options: ResolvedOutboxOptions) =>

@@ -30,8 +30,8 @@ export interface AppendOptions {
   /**
    * The events do not belong to any transaction open around the call: the store writes them on
    * their own, at once, and they are delivered even if that transaction rolls back. Needed to
-   * append inside an ambient transaction the store cannot join (README "Publishing in your
-   * transaction"); not allowed together with `manager` or `tx`. @default false
+   * append inside an ambient transaction the store cannot join (docs/publishing.md);
+   * not allowed together with `manager` or `tx`. @default false
    */
   standalone?: boolean;
 }
@@ -55,7 +55,7 @@ export class OutboxService {
   /**
    * Validates and stores one event or a batch (all or nothing) and returns what was stored, ids
    * filled. Appending an existing id with identical content is a no-op; with different content it
-   * throws `DuplicateEventError` (README Guarantees 10).
+   * throws `DuplicateEventError` (docs/guarantees.md, Guarantees 10).
    */
   append<T = unknown>(event: OutboxEventInput<T>, options?: AppendOptions): Promise<OutboxEvent<T>>;
   append<T = unknown>(
@@ -77,7 +77,7 @@ export class OutboxService {
       );
     }
     if (!this.tracing) return this.write(list, single, options, null);
-    // A producer span; each event's headers carry its context (README "Monitoring").
+    // A producer span; each event's headers carry its context (docs/monitoring.md).
     const types = list.map((e) => (e as { type?: unknown })?.type).map(String);
     return this.tracing.send(types, (stamp) => this.write(list, single, options, stamp));
   }
@@ -131,7 +131,7 @@ export class OutboxService {
 }
 
 /**
- * The ambient transaction an append without `manager` joins (README Guarantees 1), or null. One
+ * The ambient transaction an append without `manager` joins (docs/guarantees.md, Guarantees 1), or null. One
  * the store cannot join is refused: committing the event on its own would publish it even if that
  * transaction rolled back, unless the caller said the event is independent of it (`standalone`).
  */

@@ -12,7 +12,7 @@ import {
 import { refuseUnknownKeys } from '../lib/option-fields';
 import { resolveOutboxAdminOptions } from '../lib/admin/outbox-admin-options';
 
-/** Unknown option keys are refused everywhere options are read (README Configuration). */
+/** Unknown option keys are refused everywhere options are read (docs/configuration.md). */
 
 async function bootError(imports: any[], providers: any[] = []): Promise<unknown> {
   try {

@@ -29,7 +29,7 @@ import {
 import { describeWithService } from './support/services';
 
 /**
- * Property-based tests of `OutboxService.append` on every store (README Limits; Guarantees 15):
+ * Property-based tests of `OutboxService.append` on every store (docs/guarantees.md, Limits; Guarantees 15):
  * random events with unicode, deep nesting, large numbers, prototype keys, ids, dates as `Date`,
  * ISO text or garbage, `null`/`undefined`/wrong types. An accepted event round-trips exactly
  * (what `append` returns is what the handler receives, and what the input said, JSON-normalized);

@@ -17,7 +17,7 @@ import type { OutboxRelayClientOptions } from 'nestjs-outbox';
 /**
  * The published declarations (`dist/index.d.ts` and what it reaches) compile for an app that
  * installed only the required peers, with `skipLibCheck: false`: no optional peer's types are
- * needed, except typeorm's (the README's Install section says so: `InboxManager`,
+ * needed, except typeorm's (docs/install.md says so: `InboxManager`,
  * `ensureOutboxSchema` and the migrations are typed with typeorm's `EntityManager`, `DataSource`
  * and `MigrationInterface`).
  *
@@ -70,7 +70,7 @@ function emitDeclarations(into: string): void {
     [
       join(root, 'node_modules', 'typescript', 'bin', 'tsc'),
       ...['-p', join(root, 'tsconfig.build.json'), '--emitDeclarationOnly'],
-      ...['--declarationMap', 'false', '--sourceMap', 'false', '--outDir', join(into, 'dist')],
+      ...['--declarationMap', 'false', '--sourceMap', 'false', '--inlineSources', 'false', '--outDir', join(into, 'dist')],
     ],
     { cwd: root, stdio: 'pipe', timeout: 120_000 },
   );

@@ -13,7 +13,7 @@ export interface OutboxDispatcherStats {
   leaseLost: number;
   /**
    * Runs given up on (timeout, lease lost, shutdown) whose handler, ignoring its aborted signal,
-   * was still running a turn later (README "Handlers, retries and ordering").
+   * was still running a turn later (docs/handlers.md).
    */
   abandoned: number;
   /** Of those, the ones still running now (JavaScript cannot stop them). */
@@ -21,7 +21,7 @@ export interface OutboxDispatcherStats {
   storeErrors: number;
   /**
    * Wake-ups received from other processes (and from the wake-up subscription reconnecting),
-   * see the README's "Wake-ups".
+   * see docs/wakeups.md.
    */
   wakeups: number;
   /** Claims started to serve a wake-up, local or from another process: a burst costs one. */

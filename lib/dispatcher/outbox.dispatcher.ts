@@ -271,7 +271,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     @Inject(OUTBOX_RESOLVED_OPTIONS) private readonly options: ResolvedOutboxOptions,
     private readonly registry: OutboxHandlerRegistry,
     private readonly moduleRef: ModuleRef,
-    /** What happens is reported here (logs and metrics listen); see the README's "Monitoring". */
+    /** What happens is reported here (logs and metrics listen); see docs/monitoring.md. */
     @Optional() private readonly events: OutboxEvents = new OutboxEvents(),
     @Optional() @Inject(OUTBOX_TRACING) private readonly tracing: OutboxTracing | null = null,
   ) {
@@ -317,7 +317,7 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
       ),
     );
     // Events committed by this process are claimed at once, not on the next tick; those of
-    // other processes as soon as their signal arrives (README "Wake-ups").
+    // other processes as soon as their signal arrives (docs/wakeups.md).
     this.unwatchAppends = this.store.onAppended?.(() => this.wake(false)) ?? null;
     if (this.config.wakeups) {
       this.unwatchWakeups = this.store.onWakeup?.(() => this.wake(true)) ?? null;

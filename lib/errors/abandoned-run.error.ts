@@ -7,7 +7,7 @@ export type AbandonReason = 'timeout' | 'lease-lost' | 'shutdown';
  * A delivery was claimed again while this worker's previous run of it, given up after its
  * timeout (or a lost lease), was still executing because its handler ignores its aborted
  * `signal`. The new attempt is not started beside it: it counts as a failed attempt, retried
- * with backoff or dead-lettered (`exhausted`) like any other (README Guarantees 8).
+ * with backoff or dead-lettered (`exhausted`) like any other (docs/guarantees.md, Guarantees 8).
  */
 export class AbandonedRunError extends OutboxError {
   constructor(

@@ -1,6 +1,6 @@
 import { OutboxError } from './outbox.error';
 
-/** An event with this id already exists with different content (README Guarantees 10). Nothing was written. */
+/** An event with this id already exists with different content (docs/guarantees.md, Guarantees 10). Nothing was written. */
 export class DuplicateEventError extends OutboxError {
   constructor(readonly eventId: string) {
     super(

@@ -2,7 +2,7 @@ import { OutboxError } from './outbox.error';
 
 /**
  * The caller no longer owns the lease of a delivery (another worker reclaimed it, or it expired).
- * The outcome is discarded and the delivery is redelivered later (README Guarantees 4).
+ * The outcome is discarded and the delivery is redelivered later (docs/guarantees.md, Guarantees 4).
  */
 export class LeaseLostError extends OutboxError {
   constructor(

@@ -1,7 +1,7 @@
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 
 /**
- * Checks every non-TypeORM executor makes of the `tx` a caller passes (README "Without TypeORM"):
+ * Checks every non-TypeORM executor makes of the `tx` a caller passes (docs/stores.md "Without TypeORM"):
  * one place for the refusals they share, so they say the same thing the same way.
  */
 

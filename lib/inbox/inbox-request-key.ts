@@ -11,7 +11,7 @@ export interface InboxRequestKey {
 }
 
 /**
- * Scopes an HTTP idempotency key and fingerprints its request (README Guarantees 16, IETF
+ * Scopes an HTTP idempotency key and fingerprints its request (docs/guarantees.md, Guarantees 16, IETF
  * idempotency-key draft). Other contexts keep their message id as it is: their ids come from a
  * producer, not from a client that may reuse them.
  */

@@ -1,7 +1,7 @@
 /** Small string map carried with an event: trace context, tenant, correlation id. */
 export type OutboxHeaders = Record<string, string>;
 
-/** A stored event (see the README). */
+/** A stored event (see docs/publishing.md). */
 export interface OutboxEvent<TPayload = unknown> {
   /** UUID; generated on append when absent. */
   id: string;
@@ -20,7 +20,7 @@ export interface OutboxEvent<TPayload = unknown> {
 
 /** What `OutboxService.append()` accepts. */
 export interface OutboxEventInput<TPayload = unknown> {
-  /** UUID; give one to make the append idempotent (README Guarantees 10). */
+  /** UUID; give one to make the append idempotent (docs/guarantees.md, Guarantees 10). */
   id?: string;
   type: string;
   payload: TPayload;

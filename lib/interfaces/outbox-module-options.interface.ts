@@ -53,7 +53,7 @@ export interface OutboxDispatcherOptions {
    */
   pollInterval?: number;
   /**
-   * Wake-ups across processes (README "Wake-ups"): after appends commit, this process signals
+   * Wake-ups across processes (docs/wakeups.md): after appends commit, this process signals
    * other processes (PostgreSQL `NOTIFY`, Redis `PUBLISH`; at most one per 5 ms, outside the
    * producer's transaction), and its dispatcher listens on one dedicated connection and claims
    * as soon as a signal arrives. Costs one extra connection per dispatcher and one short
@@ -83,7 +83,7 @@ export interface OutboxDispatcherOptions {
   storeErrorMaxBackoffMs?: number;
 }
 
-/** Validation limits (README: Limits). */
+/** Validation limits (docs/guarantees.md, Limits). */
 export interface OutboxLimits {
   /** @default 255 */
   typeMaxLength: number;
@@ -126,7 +126,7 @@ export interface OutboxModuleOptions {
    */
   inbox?: OutboxInboxOptions;
   /**
-   * Log lines built on the event stream (README "Monitoring"), through Nest's `Logger`: dead
+   * Log lines built on the event stream (docs/monitoring.md), through Nest's `Logger`: dead
    * letters (error), lease losses, retries and store errors (warn), claims (debug). @default true
    */
   logs?: boolean;

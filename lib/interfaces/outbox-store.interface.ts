@@ -38,7 +38,7 @@ export interface ClaimRequest {
   leaseMs: number;
 }
 
-/** A worker's time-limited claim on a delivery (see the README). */
+/** A worker's time-limited claim on a delivery (see docs/publishing.md). */
 export interface Lease {
   deliveryId: string;
   owner: string;
@@ -173,7 +173,7 @@ export interface CleanupResult {
 /**
  * Persistence of events and deliveries. Every store passes the contract suite in
  * `nestjs-outbox/testing`. Lease operations throw `LeaseLostError` unless the caller still owns
- * the live lease (README Guarantees 4). Times come from the store clock (README Guarantees 5).
+ * the live lease (docs/guarantees.md, Guarantees 4). Times come from the store clock (docs/guarantees.md, Guarantees 5).
  */
 export interface OutboxStore {
   /**
@@ -219,7 +219,7 @@ export interface OutboxStore {
   /**
    * Optional: from now on, signal other processes after appends through this store commit
    * (outside the producer's transaction, coalesced to a few signals per second at most). Stores
-   * without a channel between processes leave it out. See the README's "Wake-ups".
+   * without a channel between processes leave it out. See docs/wakeups.md.
    */
   publishWakeups?(): void | Promise<void>;
   /**

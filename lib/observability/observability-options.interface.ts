@@ -7,7 +7,7 @@ export interface PrometheusRegistryLike {
   getSingleMetric(name: string): unknown;
 }
 
-/** Prometheus metrics (optional peer `prom-client`), README "Monitoring". */
+/** Prometheus metrics (optional peer `prom-client`), docs/monitoring.md. */
 export interface OutboxMetricsOptions {
   /** Where the metrics are registered. @default prom-client's default `register` (the app's registry) */
   registry?: PrometheusRegistryLike;

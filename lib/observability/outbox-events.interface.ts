@@ -64,7 +64,7 @@ export interface DeadLetteredObservation extends DeliveryObservation, Partial<Ru
 
 /**
  * This worker lost a delivery's lease (renewal refused or an outcome fenced out): the outcome is
- * discarded and the delivery is redelivered later (README Guarantees 4).
+ * discarded and the delivery is redelivered later (docs/guarantees.md, Guarantees 4).
  */
 export interface LeaseLostObservation extends DeliveryObservation {
   kind: 'lease-lost';
@@ -78,7 +78,7 @@ export interface LeaseLostObservation extends DeliveryObservation {
  * turn of the event loop. JavaScript cannot stop it: it keeps running, unwatched, until it settles
  * (`abandoned-settled`). Meanwhile this worker counts each new claim of the delivery as a failed
  * attempt instead of starting it beside the old run; another worker may run the next attempt
- * beside it (README "Handlers, retries and ordering").
+ * beside it (docs/handlers.md).
  */
 export interface AbandonedObservation extends DeliveryObservation {
   kind: 'abandoned';
@@ -106,7 +106,7 @@ export interface InboxObservation {
   messageId: string;
 }
 
-/** A store call failed; the dispatcher backs off and tries again (README Guarantees 12). */
+/** A store call failed; the dispatcher backs off and tries again (docs/guarantees.md, Guarantees 12). */
 export interface StoreErrorObservation {
   kind: 'store-error';
   /** `claim`, `ack`, `retry`, … */

@@ -15,7 +15,7 @@ type Listener<K extends OutboxObservationKind> = (
 export const OUTBOX_EVENT_EMITTER_PREFIX = 'outbox.';
 
 /**
- * The outbox's event stream (README "Monitoring"): the dispatcher, `OutboxService` and the inbox
+ * The outbox's event stream (docs/monitoring.md): the dispatcher, `OutboxService` and the inbox
  * report what happens here, and the logs, Prometheus metrics and your own listeners subscribe.
  * Listeners run synchronously on the dispatcher's path: keep them short, and do not throw (a
  * listener that throws is logged, never allowed to break a delivery). When the app registered

@@ -25,7 +25,7 @@ import { OutboxEvents } from './outbox-events';
 
 type Observer = { observe(value: number): void };
 
-/** The metrics, by name (README "Monitoring"). Labels are names from code, never ids or keys. */
+/** The metrics, by name (docs/monitoring.md). Labels are names from code, never ids or keys. */
 interface Metrics {
   appended: PromClient.Counter<'type'>;
   deliveries: PromClient.Counter<'type' | 'handler' | 'outcome'>;

@@ -35,7 +35,7 @@ interface TypeNames {
 }
 
 /**
- * OpenTelemetry through `@opentelemetry/api` (README "Monitoring"): producer spans around
+ * OpenTelemetry through `@opentelemetry/api` (docs/monitoring.md): producer spans around
  * `append` whose context is written into each event's headers as W3C `traceparent` /
  * `tracestate`, and consumer spans, children of that context, around every handler attempt — so
  * retries and replays (the headers are stored with the event) stay in the appender's trace. The

@@ -11,7 +11,7 @@ export type OutboxRelayClientOptions =
   | { transport?: number; options?: object }
   | { customClass: abstract new (...args: never[]) => unknown; options?: object };
 
-/** Which confirmation a relay waits for (see the README's "Relay to a broker"). */
+/** Which confirmation a relay waits for (see docs/relay-and-scaling.md, "Relay to a broker"). */
 export type RelayTransport = 'rmq' | 'nats' | 'mqtt' | 'kafka' | 'other';
 
 /** Options of `OutboxRelayModule.register()`: one relay is one outbox handler. */

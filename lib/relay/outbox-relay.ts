@@ -28,7 +28,7 @@ export const DEFAULT_PUBLISH_TIMEOUT_MS = 10_000;
 /**
  * One relay: an outbox handler that publishes each event with a `@nestjs/microservices` client
  * and returns only once the broker confirmed it, so the dispatcher acknowledges the delivery only
- * then (README Guarantees 2: a crash before that re-publishes). Get it with
+ * then (docs/guarantees.md, Guarantees 2: a crash before that re-publishes). Get it with
  * `moduleRef.get(getOutboxRelayToken(name))`.
  */
 export abstract class OutboxRelay implements OnModuleInit, OnApplicationShutdown {
@@ -96,7 +96,7 @@ export abstract class OutboxRelay implements OnModuleInit, OnApplicationShutdown
     if (transport === 'other') {
       this.logger.warn(
         `${this.client.constructor.name} has no known broker confirmation; deliveries are ` +
-          'acknowledged when its emit() settles (see the README, "Relay to a broker")',
+          'acknowledged when its emit() settles (see docs/relay-and-scaling.md, "Relay to a broker")',
       );
     }
   }

@@ -19,7 +19,7 @@ export type RelayPublisher = (publication: RelayPublication) => Promise<{ duplic
 type Microservices = typeof import('@nestjs/microservices');
 
 /**
- * Picks how a client's publish is confirmed (see the README's "Relay to a broker"):
+ * Picks how a client's publish is confirmed (see docs/relay-and-scaling.md, "Relay to a broker"):
  * - RabbitMQ: Nest's `ClientRMQ` publishes on an amqp-connection-manager confirm channel, so
  *   `emit` settles on the broker's publisher confirm. The record is persistent and carries the
  *   event id as `messageId`; `timeout` drops it from the client's reconnect queue when unconfirmed.

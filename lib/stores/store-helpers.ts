@@ -16,7 +16,7 @@ export function canonicalJson(value: unknown): string {
   });
 }
 
-/** What README Guarantees 10 compares when an id is appended again. */
+/** What docs/guarantees.md, Guarantees 10 compares when an id is appended again. */
 export interface EventContent {
   type: string;
   key: string | null;
@@ -27,7 +27,7 @@ export interface EventContent {
 /**
  * Headers that say where an append ran, not what the event is: the W3C trace context the tracing
  * option writes. An id appended again from another request carries another trace, and is still the
- * same event (README Guarantees 10).
+ * same event (docs/guarantees.md, Guarantees 10).
  */
 const TRACE_CONTEXT_HEADERS = new Set(['traceparent', 'tracestate', 'baggage']);
 

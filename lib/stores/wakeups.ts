@@ -1,5 +1,5 @@
 /**
- * Cross-process wake-ups (README "Wake-ups"): a producer signals, after its appends commit, that
+ * Cross-process wake-ups (docs/wakeups.md): a producer signals, after its appends commit, that
  * there may be work; workers that hear it claim at once instead of at their next poll. A signal
  * is only a hint — it carries nothing the receiver trusts, and the claim decides what is due.
  */

@@ -16,7 +16,7 @@ import { retriesAndDeadLettersContract } from './contract/retries-and-dead-lette
 export type { OutboxStoreContractContext, OutboxStoreContractOptions } from './contract/kit';
 
 /**
- * Registers the shared store contract (every store-level guarantee of the README Guarantees) as a jest
+ * Registers the shared store contract (every store-level guarantee of docs/guarantees.md) as a jest
  * `describe` block. Run it against your own `OutboxStore` to check it behaves like ours.
  *
  * Each concern is its own file in `contract/` (append, claim and order, leases and fencing,

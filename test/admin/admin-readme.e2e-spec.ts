@@ -1,4 +1,4 @@
-// The README's "Admin API" examples, run as written (imports adjusted to this repository).
+// The "Admin API" examples of docs/admin.md, run as written (imports adjusted to this repository).
 import { timingSafeEqual } from 'node:crypto';
 import {
   CanActivate,
@@ -14,7 +14,7 @@ import request from 'supertest';
 import { OutboxModule } from 'nestjs-outbox';
 import { OutboxAdminModule } from 'nestjs-outbox';
 
-// --- README: mounting behind an API-key guard ---
+// --- docs/admin.md: mounting behind an API-key guard ---
 @Injectable()
 export class AdminApiKeyGuard implements CanActivate {
   private readonly expected = Buffer.from(process.env.OUTBOX_ADMIN_KEY ?? '');
@@ -40,7 +40,7 @@ export class AdminApiKeyGuard implements CanActivate {
 })
 export class AppModule {}
 
-// --- README: under a RouterModule prefix, with larger pages ---
+// --- docs/admin.md: under a RouterModule prefix, with larger pages ---
 @Module({
   imports: [
     ScheduleModule.forRoot(),
@@ -51,7 +51,7 @@ export class AppModule {}
 })
 export class RoutedAppModule {}
 
-// --- README: guards built from configuration with registerAsync ---
+// --- docs/admin.md: guards built from configuration with registerAsync ---
 @Injectable()
 export class AdminSecrets {
   readonly key = process.env.OUTBOX_ADMIN_KEY ?? '';
@@ -82,9 +82,9 @@ export class HeaderKeyGuard implements CanActivate {
   ],
 })
 export class AsyncAppModule {}
-// --- end of README examples ---
+// --- end of docs/admin.md examples ---
 
-describe('README admin examples', () => {
+describe('docs/admin.md examples', () => {
   let app: INestApplication | undefined;
   beforeAll(() => {
     process.env.OUTBOX_ADMIN_KEY = 'readme-secret';

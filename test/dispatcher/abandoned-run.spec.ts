@@ -38,7 +38,7 @@ async function sample(registry: Registry, name: string, labels: Record<string, s
     .reduce((sum, v) => sum + v.value, 0);
 }
 
-/** README "Handlers, retries and ordering" (Retries, Leases) and Monitoring: abandoned runs. */
+/** docs/handlers.md (Retries, Leases) and Monitoring: abandoned runs. */
 describe('a handler that ignores its abort signal', () => {
   const apps: TestApp[] = [];
   afterEach(async () => {

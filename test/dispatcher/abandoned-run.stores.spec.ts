@@ -45,7 +45,7 @@ const sql = (dialect: TestDialect): StoreTarget => ({
 });
 
 /**
- * README "Handlers, retries and ordering" (Retries) and Guarantees 8: a handler that outlives its
+ * docs/handlers.md (Retries) and Guarantees 8: a handler that outlives its
  * timeout and ignores its aborted signal does not hold its key forever. Each later claim of the
  * delivery while that run still executes is a failed attempt, so it ends as a dead letter
  * (`exhausted`) after `maxAttempts`, the key's next event runs and no lease stays held.

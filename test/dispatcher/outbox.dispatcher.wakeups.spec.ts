@@ -47,7 +47,7 @@ class Gated {
   }
 }
 
-/** README "Wake-ups": one claim round per burst of wake-ups, never a queue of polls. */
+/** docs/wakeups.md: one claim round per burst of wake-ups, never a queue of polls. */
 describe('OutboxDispatcher wake-ups', () => {
   let t: TestApp | undefined;
   let store: WakeableStore;

@@ -20,7 +20,7 @@ export interface WakeTarget {
   wakeupsPerConnect?: number;
 }
 
-/** README "Wake-ups": an event committed in one process reaches a worker in another at once. */
+/** docs/wakeups.md: an event committed in one process reaches a worker in another at once. */
 export function wakeupSuite(target: WakeTarget): void {
   let ctx: Awaited<ReturnType<WakeTarget['setup']>>;
   let worker: TestApp;

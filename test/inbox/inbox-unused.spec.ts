@@ -33,7 +33,7 @@ describeWithService(
     let admin: DataSource;
     beforeAll(async () => {
       admin = await new DataSource(dataSourceOptions('postgres')).initialize();
-      // Production setup per README: the outbox migration ran, no inbox table (no @Inbox() in use).
+      // Production setup per docs/upgrading.md: the outbox migration ran, no inbox table (no @Inbox() in use).
       await ensureOutboxSchema(admin, { tablePrefix: prefix });
     });
     afterAll(async () => {

@@ -160,7 +160,7 @@ describeWithService('postgres', 'OutboxHealthIndicator', () => {
   });
 
   it('is down when the oldest pending delivery is older than the threshold', async () => {
-    // A type no worker handles yet waits (README Guarantees 7); it ages by the store clock.
+    // A type no worker handles yet waits (docs/guarantees.md, Guarantees 7); it ages by the store clock.
     await app.get(OutboxService).append({ type: 'unhandled.yet', payload: {} });
     await admin.query(
       `UPDATE ${table('deliveries')} SET available_at = now() - interval '10 minutes'`,

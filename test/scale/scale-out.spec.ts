@@ -12,7 +12,7 @@ const KEYS = 200;
 const FROZEN_KEYS = 2_000;
 
 /**
- * README "Scaling out": 4 worker processes drain one backlog on one store. Every delivery runs;
+ * docs/relay-and-scaling.md "Scaling out": 4 worker processes drain one backlog on one store. Every delivery runs;
  * a second run of an event is allowed only after a lease was lost (counted by the workers), and
  * then only as a later attempt; per key, event n+1 starts only after event n's run ended.
  */

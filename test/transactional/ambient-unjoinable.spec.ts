@@ -24,7 +24,7 @@ import { connect, dropPrefix, uniquePrefix } from '../stores/redis/redis-test-su
 import { describeWithService } from '../support/services';
 
 /**
- * README "Publishing in your transaction": an append inside a transaction the store cannot join
+ * docs/publishing.md: an append inside a transaction the store cannot join
  * (Redis, memory, a custom store that does not declare `joinsTransactions`) is refused, unless the
  * caller passes `{ standalone: true }`; then the event is written on its own, whatever the
  * transaction around it does.

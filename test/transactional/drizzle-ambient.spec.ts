@@ -24,7 +24,7 @@ import { openPool, pgStoreFor } from '../stores/sql/pg-test-helpers';
 import { dataSourceOptions, uniquePrefix } from '../stores/typeorm/typeorm-test-helpers';
 
 /**
- * README "Without TypeORM: ambient transactions (nestjs-cls adapters)" (its snippet is the first
+ * docs/stores.md "Without TypeORM: ambient transactions (nestjs-cls adapters)" (its snippet is the first
  * app here): with `@nestjs-cls/transactional`'s Drizzle adapter, `TransactionHost.tx` inside
  * `@Transactional()` is Drizzle's `tx`, which is what `drizzleExecutor(db)` takes, so `append()`
  * without `tx` joins it. A TypeORM `@Transactional()` is another client's transaction: refused,

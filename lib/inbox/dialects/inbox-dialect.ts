@@ -43,7 +43,7 @@ export interface InboxDialect {
   createSchema(t: InboxTable): string[];
   dropSchema(t: InboxTable): string[];
   /**
-   * Version 1 → 2: the request fingerprint column (HTTP idempotency keys, README Guarantees 16). Fails
+   * Version 1 → 2: the request fingerprint column (HTTP idempotency keys, docs/guarantees.md, Guarantees 16). Fails
    * with `isDuplicateColumn` when another process added it first.
    */
   addFingerprint(t: InboxTable): string;

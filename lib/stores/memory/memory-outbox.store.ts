@@ -152,7 +152,7 @@ export class MemoryOutboxStore implements OutboxStore {
     const ordered = [...this.deliveries.values()]
       .filter((d) => names.has(d.handler) && (d.status === 'pending' || d.status === 'leased'))
       .sort((a, b) => a.seq - b.seq);
-    // Only the oldest open delivery per (handler, key) may run: that is per-key order (README Guarantees 6).
+    // Only the oldest open delivery per (handler, key) may run: that is per-key order (docs/guarantees.md, Guarantees 6).
     // A key with a delivery running (live lease) takes no other one: a replayed dead letter sits in
     // front of a later delivery claimed while it was dead, and waits for that one's attempt to end.
     const blockedKeys = new Set<string>();

@@ -10,7 +10,7 @@ import { join } from 'node:path';
  * the client hashes each composed source once and runs it by EVALSHA (`redis-client.ts`).
  *
  * Every state change runs as one script, so it is atomic in Redis and reads the clock with `TIME`
- * (README Guarantees 5). ARGV[1] is the key base `<keyPrefix>{prefix}:`; KEYS[1] is `{prefix}:seq`, declared
+ * (docs/guarantees.md, Guarantees 5). ARGV[1] is the key base `<keyPrefix>{prefix}:`; KEYS[1] is `{prefix}:seq`, declared
  * so a Cluster client routes the script to the slot every key of this outbox shares.
  *
  * Layout under the base B:
@@ -31,7 +31,7 @@ import { join } from 'node:path';
  *   u:<type>         zset  unexpanded deliveries (handler '*'), by seq
  *   uk:<len>:<type>:<key>  zset  unexpanded deliveries of one (type, key), by seq; a claim checks
  *                          it so a keyed delivery never overtakes an older event of its key that
- *                          is still unexpanded (README Guarantees 6)
+ *                          is still unexpanded (docs/guarantees.md, Guarantees 6)
  *   pend             zset  every pending delivery, by availableAt (stats: due, oldest)
  *   dead             zset  dead letters, by deadAt; ties by id, which is the cursor order
  *   done             zset  fully delivered events, by completion time (retention)

@@ -44,7 +44,7 @@ export type { TypeOrmOutboxStoreOptions } from './ops/context';
  * the tables and migrations in `schema/`.
  */
 export class SqlOutboxStore implements OutboxStore {
-  /** `append()` writes in the caller's transaction (`manager` / `tx`, README Guarantees 1). */
+  /** `append()` writes in the caller's transaction (`manager` / `tx`, docs/guarantees.md, Guarantees 1). */
   readonly joinsTransactions = true;
   private readonly ctx: StoreContext;
   private readonly commits: CommitWatch;

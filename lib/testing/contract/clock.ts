@@ -11,7 +11,7 @@ export function storeClockContract(k: ContractKit): void {
   });
 
   describe('store clock', () => {
-    // README Guarantees 5: due times, leases, retries and retention follow the store clock, so an
+    // docs/guarantees.md, Guarantees 5: due times, leases, retries and retention follow the store clock, so an
     // application clock hours off (a VM resumed, a bad NTP) changes none of them.
     for (const [label, offset] of [
       ['3 h ahead', 3 * HOUR],

@@ -92,7 +92,7 @@ export function retentionContract(k: ContractKit): void {
 
     it('never loses a dead letter replayed while retention removes old dead letters', async () => {
       // A replay that answered 1 must leave a claimable delivery with its event, whatever a
-      // concurrent retention run decided about the dead letter a moment before (README Guarantees 9).
+      // concurrent retention run decided about the dead letter a moment before (docs/guarantees.md, Guarantees 9).
       for (let i = 0; i < 30; i++) {
         const e = event({ payload: { i }, handlers: ['A.handle'] });
         await store.append([e]);

@@ -16,13 +16,13 @@ import { describeWithBrowser, launchChromium, screenshot } from './browser';
 
 const root = resolve(__dirname, '../../..');
 
-/** The README's "Dashboard" snippet, run as written: written to a file and required. */
+/** The "Dashboard" snippet of docs/admin.md, run as written: written to a file and required. */
 function loadReadmeSnippet(): { DashboardAppModule: Type; dir: string } {
-  const readme = readFileSync(join(root, 'README.md'), 'utf8');
-  const snippet = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)]
+  const guide = readFileSync(join(root, 'docs', 'admin.md'), 'utf8');
+  const snippet = [...guide.matchAll(/```ts\n([\s\S]*?)```/g)]
     .map((m) => m[1])
     .find((code) => code.includes('class AdminKeyOrCookieGuard'));
-  if (!snippet) throw new Error('README has no AdminKeyOrCookieGuard snippet');
+  if (!snippet) throw new Error('docs/admin.md has no AdminKeyOrCookieGuard snippet');
   const dir = mkdtempSync(join(root, 'test', '.readme-ui-'));
   writeFileSync(join(dir, 'dashboard-snippet.ts'), snippet);
   const loaded = require(join(dir, 'dashboard-snippet.ts')) as { DashboardAppModule: Type };
@@ -40,7 +40,7 @@ class Mailer {
   }
 }
 
-describeWithBrowser('Dashboard behind the README cookie guard', () => {
+describeWithBrowser('Dashboard behind the cookie guard of docs/admin.md', () => {
   const KEY = 'readme-dashboard-key';
   let app: INestApplication;
   let url: string;

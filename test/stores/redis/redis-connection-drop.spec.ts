@@ -67,7 +67,7 @@ describeWithService('redis', 'Redis store when its connection is killed mid-run'
 
     for (let i = 0; i < events.length; i += 25) {
       // An append whose reply was lost may or may not have been written: retrying with the same
-      // ids is safe because append is idempotent (README Guarantees 10).
+      // ids is safe because append is idempotent (docs/guarantees.md, Guarantees 10).
       for (;;) {
         try {
           await t.outbox.append(events.slice(i, i + 25));

@@ -28,7 +28,7 @@ import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { openPool, pgStoreFor } from './pg-test-helpers';
 
 /**
- * README "Without TypeORM: Drizzle": `store: { type: 'sql', executor: drizzleExecutor(db) }` and
+ * docs/stores.md "Without TypeORM: Drizzle": `store: { type: 'sql', executor: drizzleExecutor(db) }` and
  * `append(events, { tx })` with Drizzle's `tx` of `db.transaction()`. The event exists iff that
  * transaction commits; it is delivered once, woken by the NOTIFY sent inside the transaction (the
  * poll is a minute here, so only the wake-up can deliver it in time).

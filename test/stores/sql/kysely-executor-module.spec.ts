@@ -28,7 +28,7 @@ import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { kyselyStoreFor, openKysely } from './kysely-test-helpers';
 
 /**
- * README "Kysely": `store: { type: 'sql', executor: kyselyExecutor(db, { pool }) }` and
+ * docs/stores.md "Without TypeORM: Kysely": `store: { type: 'sql', executor: kyselyExecutor(db, { pool }) }` and
  * `append(events, { tx: trx })` inside `db.transaction().execute(async (trx) => …)`. The event
  * exists iff that transaction commits; it is delivered once, woken by the NOTIFY sent inside the
  * transaction (the poll is a minute here, so only the wake-up can deliver it in time).

@@ -29,7 +29,7 @@ import { openPool } from './pg-test-helpers';
 import { mikroStoreFor, openOrm, Order, orderSchema } from './mikro-orm-test-helpers';
 
 /**
- * README "MikroORM": `store: { type: 'sql', executor: mikroOrmExecutor(orm) }` and
+ * docs/stores.md "Without TypeORM: MikroORM": `store: { type: 'sql', executor: mikroOrmExecutor(orm) }` and
  * `append(events, { tx: em })` with the EntityManager of `em.transactional(async (em) => …)`. The
  * event exists iff that transaction commits, together with the entities MikroORM flushes at its
  * end; it is delivered once, woken by the NOTIFY sent inside the transaction (the poll is a minute
@@ -461,82 +461,88 @@ describe('mikroOrmExecutor(orm) options', () => {
   });
 });
 
-describeWithService('postgres', 'README "MikroORM": with @mikro-orm/nestjs', () => {
-  const prefix = uniquePrefix('mkr');
+describeWithService(
+  'postgres',
+  'docs/stores.md "Without TypeORM: MikroORM": with @mikro-orm/nestjs',
+  () => {
+    const prefix = uniquePrefix('mkr');
 
-  /** The README's AppModule, with the test database and a table of this test. */
-  function readmeApp() {
-    @Injectable()
-    class Orders {
-      constructor(
-        private readonly orm: MikroORM,
-        private readonly outbox: OutboxService,
-      ) {}
+    /** The AppModule of docs/stores.md, with the test database and a table of this test. */
+    function readmeApp() {
+      @Injectable()
+      class Orders {
+        constructor(
+          private readonly orm: MikroORM,
+          private readonly outbox: OutboxService,
+        ) {}
 
-      place(orderId: string, fail = false): Promise<void> {
-        return this.orm.em.transactional(async (em) => {
-          em.persist(new Order(orderId));
-          await this.outbox.append(
-            { type: 'order.placed', key: orderId, payload: { id: orderId } },
-            { tx: em },
-          );
-          if (fail) throw new Error('business rule');
-        });
+        place(orderId: string, fail = false): Promise<void> {
+          return this.orm.em.transactional(async (em) => {
+            em.persist(new Order(orderId));
+            await this.outbox.append(
+              { type: 'order.placed', key: orderId, payload: { id: orderId } },
+              { tx: em },
+            );
+            if (fail) throw new Error('business rule');
+          });
+        }
       }
-    }
 
-    @Module({
-      imports: [
-        ScheduleModule.forRoot(),
-        MikroOrmModule.forRoot({
-          driver: PostgreSqlDriver,
-          clientUrl: `postgresql://postgres@${SERVICES.postgres.host}:${SERVICES.postgres.port}/test`,
-          entities: [orderSchema(prefix)],
-        }),
-        OutboxModule.forRootAsync({
-          inject: [MikroORM],
-          useFactory: (orm: MikroORM) => ({
-            store: {
-              type: 'sql',
-              executor: mikroOrmExecutor(orm),
-              tablePrefix: prefix,
-              ensureSchema: true,
-            },
-            dispatcher: { pollInterval: 200 },
-            retention: { cleanupIntervalMs: 0 },
+      @Module({
+        imports: [
+          ScheduleModule.forRoot(),
+          MikroOrmModule.forRoot({
+            driver: PostgreSqlDriver,
+            clientUrl: `postgresql://postgres@${SERVICES.postgres.host}:${SERVICES.postgres.port}/test`,
+            entities: [orderSchema(prefix)],
           }),
-        }),
-      ],
-      providers: [Orders, Delivered],
-    })
-    class AppModule {}
-    return { AppModule, Orders };
-  }
-
-  it('a committed em.transactional delivers once with its entity; a rolled-back one nothing', async () => {
-    const { AppModule, Orders } = readmeApp();
-    const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
-    const app = moduleRef.createNestApplication({ logger: false });
-    await app.init();
-    const orm = app.get(MikroORM);
-    const executor = mikroOrmExecutor(orm);
-    const rows = async (text: string) => (await executor.query({ text, params: [] })).rows;
-    try {
-      await rows(`CREATE TABLE ${prefix}orders (id text PRIMARY KEY)`);
-      await app.get(Orders).place('kept');
-      const error = await app
-        .get(Orders)
-        .place('dropped', true)
-        .catch((e: unknown) => e);
-      expect((error as Error).message).toBe('business rule');
-      expect(await until(() => app.get(Delivered).ids.includes('kept'))).toBe(true);
-      await app.get(OutboxDispatcher).drain();
-      expect(app.get(Delivered).ids).toEqual(['kept']);
-      expect(await rows(`SELECT id FROM ${prefix}orders`)).toEqual([{ id: 'kept' }]);
-      expect(await rows(`SELECT event_key FROM ${prefix}events`)).toEqual([{ event_key: 'kept' }]);
-    } finally {
-      await (await mikroStoreFor(orm, prefix)).drop();
-      await app.close();
+          OutboxModule.forRootAsync({
+            inject: [MikroORM],
+            useFactory: (orm: MikroORM) => ({
+              store: {
+                type: 'sql',
+                executor: mikroOrmExecutor(orm),
+                tablePrefix: prefix,
+                ensureSchema: true,
+              },
+              dispatcher: { pollInterval: 200 },
+              retention: { cleanupIntervalMs: 0 },
+            }),
+          }),
+        ],
+        providers: [Orders, Delivered],
+      })
+      class AppModule {}
+      return { AppModule, Orders };
     }
-  });
-});
+
+    it('a committed em.transactional delivers once with its entity; a rolled-back one nothing', async () => {
+      const { AppModule, Orders } = readmeApp();
+      const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+      const app = moduleRef.createNestApplication({ logger: false });
+      await app.init();
+      const orm = app.get(MikroORM);
+      const executor = mikroOrmExecutor(orm);
+      const rows = async (text: string) => (await executor.query({ text, params: [] })).rows;
+      try {
+        await rows(`CREATE TABLE ${prefix}orders (id text PRIMARY KEY)`);
+        await app.get(Orders).place('kept');
+        const error = await app
+          .get(Orders)
+          .place('dropped', true)
+          .catch((e: unknown) => e);
+        expect((error as Error).message).toBe('business rule');
+        expect(await until(() => app.get(Delivered).ids.includes('kept'))).toBe(true);
+        await app.get(OutboxDispatcher).drain();
+        expect(app.get(Delivered).ids).toEqual(['kept']);
+        expect(await rows(`SELECT id FROM ${prefix}orders`)).toEqual([{ id: 'kept' }]);
+        expect(await rows(`SELECT event_key FROM ${prefix}events`)).toEqual([
+          { event_key: 'kept' },
+        ]);
+      } finally {
+        await (await mikroStoreFor(orm, prefix)).drop();
+        await app.close();
+      }
+    });
+  },
+);

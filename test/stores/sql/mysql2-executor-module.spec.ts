@@ -23,7 +23,7 @@ import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { mysql2StoreFor, openMysqlPool } from './mysql2-test-helpers';
 
 /**
- * README "Without TypeORM: mysql2": `store: { type: 'sql', executor: mysql2Executor(pool) }` and
+ * docs/stores.md "Without TypeORM: mysql2": `store: { type: 'sql', executor: mysql2Executor(pool) }` and
  * `append(events, { tx: conn })` with a PoolConnection after `beginTransaction()`. The event
  * exists iff that transaction commits; the dispatcher's poll delivers it once.
  */

@@ -24,7 +24,7 @@ import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { openPool, pgStoreFor } from './pg-test-helpers';
 
 /**
- * README "Without TypeORM: node-postgres": `store: { type: 'sql', executor: pgExecutor(pool) }`
+ * docs/stores.md "Without TypeORM: node-postgres": `store: { type: 'sql', executor: pgExecutor(pool) }`
  * and `append(events, { tx: client })` with a PoolClient after BEGIN. The event exists iff that
  * transaction commits; it is delivered once, woken by the NOTIFY sent inside the transaction
  * (the poll is a minute here, so only the wake-up can deliver it in time).

@@ -17,7 +17,7 @@ import { openDataSource } from '../typeorm/typeorm-test-helpers';
 import { openPglite, PGLITE_START_MS } from './pglite-test-helpers';
 
 /**
- * README "Testing your app without a database server (PGlite)": the app's tests run the 'sql'
+ * docs/testing.md "Testing your app without a database server (PGlite)": the app's tests run the 'sql'
  * store on PGlite in this process, `append(events, { tx })` with PGlite's `tx`. The event exists
  * iff that transaction commits, and is delivered once, woken when the transaction ends (the poll
  * is a minute here).

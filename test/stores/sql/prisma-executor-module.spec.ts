@@ -27,7 +27,7 @@ import { openPool, pgStoreFor } from './pg-test-helpers';
 import { openPrisma, PrismaClient } from './prisma-test-helpers';
 
 /**
- * README "Without TypeORM: Prisma": `store: { type: 'sql', executor: prismaExecutor(prisma) }` and
+ * docs/stores.md "Without TypeORM: Prisma": `store: { type: 'sql', executor: prismaExecutor(prisma) }` and
  * `append(events, { tx })` with the client of `prisma.$transaction(async (tx) => …)`, or inside a
  * `@Transactional()` method of `@nestjs-cls/transactional-adapter-prisma` without tx. The event
  * exists iff that transaction commits; it is delivered once, woken by the NOTIFY sent inside the

@@ -33,7 +33,7 @@ function event(): AppendableEvent {
 }
 
 /**
- * "Due now" written by the database clock is due at once (README Guarantees 5): an event appended
+ * "Due now" written by the database clock is due at once (docs/guarantees.md, Guarantees 5): an event appended
  * without a due time, or retried with no delay, is claimable by the very next claim. PostgreSQL's
  * `TIMESTAMPTZ(3)` rounds a stored time to the millisecond, so an unrounded `now()` could be stored
  * up to half a millisecond in the future, and a claim within it found nothing.

@@ -48,7 +48,7 @@ describeWithService('postgres', 'typeorm: the effective PostgreSQL schema', () =
     let wakes = 0;
     const stop = listener.onWakeup(() => wakes++);
     try {
-      // Connected (one call), then past its second look after connecting (README Wake-ups).
+      // Connected (one call), then past its second look after connecting (docs/wakeups.md).
       expect(await eventually(() => wakes >= 1, 5_000)).toBe(true);
       await new Promise((r) => setTimeout(r, 1_300));
       const before = wakes;

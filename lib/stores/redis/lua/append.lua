@@ -1,6 +1,6 @@
 -- append: appends a batch of events in one atomic step, all or nothing. An id already stored
 -- with the same content is kept as it is (idempotent); with other content nothing is written
--- (README Guarantees 10).
+-- (docs/guarantees.md, Guarantees 10).
 --
 -- KEYS[1]  {prefix}:seq, the append counter: declared so a Cluster client routes the script to
 --           the slot all keys of this outbox share (see prelude.lua)
@@ -32,7 +32,7 @@ if SK and redis.call('HLEN', SK) ~= 2 * n then
   redis.call('DEL', SK)
   return { 'STAGE', ARGV[2] }
 end
--- Check the whole batch first so a conflicting id anywhere writes nothing (README Guarantees 10).
+-- Check the whole batch first so a conflicting id anywhere writes nothing (docs/guarantees.md, Guarantees 10).
 local seen = {}
 for _, ev in ipairs(evs) do
   local c = redis.call('HGET', ekey(ev.id), 'c') or seen[ev.id]

@@ -101,7 +101,7 @@ local function oldestUnexpanded(h, k)
   return m
 end
 
--- Per-key order across expansion (README Guarantees 6): a keyed candidate must not overtake an older event
+-- Per-key order across expansion (docs/guarantees.md, Guarantees 6): a keyed candidate must not overtake an older event
 -- of its key that is still unexpanded. Expand those events (at most cap per claim in all), which
 -- puts their deliveries in front of the candidate, and claim the key's head instead; while some
 -- older ones stay unexpanded (budget spent), the key waits for a later claim. A candidate that an

@@ -77,7 +77,7 @@ local function activate(id)
   if f[4] == 'p' then schedule(id, f[1], tonumber(f[2]), tonumber(f[3])) end
 end
 
--- Only the oldest open delivery of a (handler, key) is active, i.e. visible to claims (README Guarantees 6).
+-- Only the oldest open delivery of a (handler, key) is active, i.e. visible to claims (docs/guarantees.md, Guarantees 6).
 -- An older one arriving late (expansion, replay) takes over unless the current one is running.
 local function enqueue(id, h, k, sq, av)
   if not k then

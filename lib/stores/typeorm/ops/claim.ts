@@ -48,7 +48,7 @@ export class ClaimOp {
     // every claim of a worker, so the text is fixed per worker, and PostgreSQL folds a one-name
     // list to `handler = $1`, which reads the claim index in `event_seq` order and stops at the
     // limit instead of sorting the whole backlog.
-    // A key with a delivery running takes no other one (README Guarantees 6). Only a replayed dead
+    // A key with a delivery running takes no other one (docs/guarantees.md, Guarantees 6). Only a replayed dead
     // letter not claimed since (a pending row with `lease_until` set, see `DeadLetterOps`) can be
     // older than a running delivery of its key, so only such a row looks for one: the common
     // candidate decides from the claim index's own columns, as before. The running one, if any, is
@@ -135,7 +135,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
   }
 
   /**
-   * Per-key order across expansion (README Guarantees 6): an earlier event of the key that is still an
+   * Per-key order across expansion (docs/guarantees.md, Guarantees 6): an earlier event of the key that is still an
    * unexpanded delivery of a type the handler subscribes to will become one of the handler's
    * deliveries, so it blocks the later ones just as that delivery would. This covers placeholders
    * this claim did not get to expand (a backlog beyond EXPAND_BATCH, or not due yet) and those

@@ -6,7 +6,7 @@ import { StoreContext } from './context';
 
 /**
  * Who hears of committed appends: listeners in this process (the dispatcher's wake-up), other
- * processes (PostgreSQL NOTIFY / LISTEN, README "Wake-ups") and the claim's placeholder probe.
+ * processes (PostgreSQL NOTIFY / LISTEN, docs/wakeups.md) and the claim's placeholder probe.
  * Appends in the store's own transaction are committed when `append` returns; those in a caller's
  * transaction are reported when the executor says that transaction committed (TypeORM's
  * subscribers). An executor that cannot (node-postgres) gets a NOTIFY inside the caller's
