@@ -29,3 +29,26 @@ export interface OutboxDispatcherStats {
   lastPollAt: Date | null;
   lastStoreError: string | null;
 }
+
+/** The counters the dispatcher's parts add to (the rest of the stats is read off their state). */
+export type DispatcherCounters = Omit<
+  OutboxDispatcherStats,
+  'workerId' | 'running' | 'paused' | 'inFlight' | 'abandonedRunning'
+>;
+
+export function newCounters(): DispatcherCounters {
+  return {
+    claimed: 0,
+    succeeded: 0,
+    failed: 0,
+    retried: 0,
+    deadLettered: 0,
+    leaseLost: 0,
+    abandoned: 0,
+    storeErrors: 0,
+    wakeups: 0,
+    wakeupClaims: 0,
+    lastPollAt: null,
+    lastStoreError: null,
+  };
+}

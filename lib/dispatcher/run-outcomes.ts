@@ -1,0 +1,213 @@
+import { LeaseLostError } from '../errors/lease-lost.error';
+import { OutboxShutdownError } from '../errors/outbox-shutdown.error';
+import { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
+import { ClaimedDelivery, DeliveryErrorInput, Lease } from '../interfaces/outbox-store.interface';
+import { OutboxEvents } from '../observability/outbox-events';
+import type {
+  DeliveryObservation,
+  ObservedError,
+  OutboxObservationKind,
+} from '../observability/outbox-events.interface';
+import { RegisteredHandler } from '../outbox-handler.registry';
+import { decideOutcome, RunResult } from './delivery-outcome';
+import { DispatcherCounters } from './outbox-dispatcher.stats';
+import { OutcomeReporter } from './outcome-reporter';
+import { RunTiming, Slot } from './run-slot';
+
+/**
+ * What follows a run: its outcome decided (`decideOutcome`, pure), handed to the reporter to be
+ * written in the background, and, once written, counted and told to the event stream (the logs
+ * and metrics listen there). Store errors are counted here too, and back the claim loop off.
+ */
+export class RunOutcomes {
+  /** The last store error met while writing outcomes (a batch shares one). */
+  private lastOutcomeError: unknown = null;
+
+  constructor(
+    private readonly reporter: OutcomeReporter,
+    private readonly options: ResolvedOutboxOptions,
+    private readonly events: OutboxEvents,
+    private readonly counters: DispatcherCounters,
+    /** Backs the claim loop off after a store error; returns how long. */
+    private readonly backOff: () => number,
+  ) {}
+
+  private get workerId(): string {
+    return this.options.dispatcher.workerId;
+  }
+
+  /**
+   * Decides what happens to the delivery and has the reporter write it in the background; each
+   * outcome, once written, is reported on the event stream.
+   */
+  report(
+    delivery: ClaimedDelivery,
+    lease: Lease,
+    handler: RegisteredHandler,
+    result: RunResult,
+    timing: RunTiming | null,
+  ): void {
+    if (!result.failed && timing instanceof Slot) {
+      // Succeeded (the common case): no policy to consult.
+      this.reporter.enqueueAck(timing);
+      return;
+    }
+    const config = this.options.dispatcher;
+    const outcome = decideOutcome(result, {
+      attempt: delivery.attempt,
+      maxAttempts: handler.maxAttempts ?? config.maxAttempts,
+      backoff: { ...config.backoff, ...handler.backoff },
+      retryIf: handler.retryIf,
+      isShutdown: (reason) => reason instanceof OutboxShutdownError,
+    });
+    if (outcome.kind === 'lost') {
+      this.leaseLost(delivery, 'renewal');
+      return;
+    }
+    if (outcome.kind === 'abandoned') return;
+    if (outcome.kind === 'ack') {
+      this.reporter.ack(lease).then(
+        () => this.delivered(delivery, timing),
+        (error) => this.reportFailed(delivery, 'ack', error),
+      );
+      return;
+    }
+    this.counters.failed++;
+    const error = this.describeError(result.failure, delivery.attempt);
+    if (outcome.kind === 'dead') {
+      this.reporter.deadLetter(lease, outcome.reason, error).then(
+        () => {
+          this.counters.deadLettered++;
+          if (this.events.wants('dead-lettered')) {
+            this.events.emit({
+              ...this.observe('dead-lettered', delivery),
+              ...(timing
+                ? {
+                    startedAt: timing.startedAt,
+                    durationMs: timing.durationMs,
+                    availableAt: delivery.event.availableAt,
+                  }
+                : {}),
+              reason: outcome.reason,
+              error: observedError(result.failure),
+            });
+          }
+        },
+        (e) => this.reportFailed(delivery, 'retry', e),
+      );
+      return;
+    }
+    this.reporter.retry(lease, outcome.delayMs, error).then(
+      () => {
+        this.counters.retried++;
+        if (this.events.wants('retry-scheduled')) {
+          this.events.emit({
+            ...this.observe('retry-scheduled', delivery),
+            startedAt: timing ? timing.startedAt : Date.now(),
+            durationMs: timing ? timing.durationMs : 0,
+            availableAt: delivery.event.availableAt,
+            delayMs: outcome.delayMs,
+            error: observedError(result.failure),
+          });
+        }
+      },
+      (e) => this.reportFailed(delivery, 'retry', e),
+    );
+  }
+
+  delivered(delivery: ClaimedDelivery, timing: RunTiming | null): void {
+    this.counters.succeeded++;
+    if (!this.events.wants('delivered')) return;
+    const { event } = delivery;
+    this.events.emit({
+      kind: 'delivered',
+      eventId: event.id,
+      type: event.type,
+      deliveryId: delivery.id,
+      handler: delivery.handler,
+      attempt: delivery.attempt,
+      workerId: this.workerId,
+      startedAt: timing ? timing.startedAt : Date.now(),
+      durationMs: timing ? timing.durationMs : 0,
+      availableAt: event.availableAt,
+    });
+  }
+
+  /** A lost lease or store error discards the outcome (the delivery is redelivered later). */
+  reportFailed(delivery: ClaimedDelivery, operation: string, error: unknown): void {
+    if (error instanceof LeaseLostError) {
+      this.leaseLost(delivery, 'outcome');
+    } else if (error !== this.lastOutcomeError) {
+      // One failed batch rejects each of its acks with the same error: one store error, one line.
+      this.lastOutcomeError = error;
+      this.storeFailed(operation, error);
+    }
+  }
+
+  leaseLost(delivery: ClaimedDelivery, during: 'renewal' | 'outcome'): void {
+    this.counters.leaseLost++;
+    if (this.events.wants('lease-lost')) {
+      this.events.emit({ ...this.observe('lease-lost', delivery), during });
+    }
+  }
+
+  storeFailed(operation: string, error: unknown): void {
+    this.counters.storeErrors++;
+    this.counters.lastStoreError =
+      error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    const delay = this.backOff();
+    if (this.events.wants('store-error')) {
+      this.events.emit({
+        kind: 'store-error',
+        operation,
+        error: observedError(error),
+        retryInMs: delay,
+        workerId: this.workerId,
+      });
+    }
+  }
+
+  /** What the event stream says about a delivery (ids and names, never the payload). */
+  observe<K extends OutboxObservationKind>(
+    kind: K,
+    delivery: ClaimedDelivery,
+  ): DeliveryObservation & { kind: K } {
+    return {
+      kind,
+      eventId: delivery.event.id,
+      type: delivery.event.type,
+      deliveryId: delivery.id,
+      handler: delivery.handler,
+      attempt: delivery.attempt,
+      workerId: this.workerId,
+    };
+  }
+
+  private describeError(failure: unknown, attempt: number): DeliveryErrorInput {
+    const max = this.options.limits.errorMaxLength;
+    // NUL cannot be stored in PostgreSQL text; an error that could not be recorded is worse.
+    const clean = (text: unknown) => String(text ?? '').replaceAll('\u0000', '');
+    const name = clean(failure instanceof Error ? failure.name : typeof failure) || 'Error';
+    const message = clean(failure instanceof Error ? failure.message : safeString(failure));
+    return {
+      name: name.slice(0, 255),
+      message: message.slice(0, max),
+      attempt,
+      workerId: this.workerId,
+    };
+  }
+}
+
+function observedError(error: unknown): ObservedError {
+  return error instanceof Error
+    ? { name: error.name, message: error.message }
+    : { name: typeof error, message: safeString(error) };
+}
+
+function safeString(value: unknown): string {
+  try {
+    return typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
+  } catch {
+    return String(value);
+  }
+}

@@ -1,0 +1,75 @@
+import {
+  ClaimLoopEvent,
+  ClaimLoopState,
+  ClaimTransition,
+  next,
+} from '../../lib/dispatcher/claim-loop';
+
+/** Runs `events` from `state`; returns the last transition and every action on the way. */
+function run(state: ClaimLoopState, ...events: ClaimLoopEvent[]) {
+  const actions: ClaimTransition['action'][] = [];
+  let last: ClaimTransition = { state, action: null };
+  for (const event of events) {
+    last = next(last.state, event);
+    actions.push(last.action);
+  }
+  return { state: last.state, actions };
+}
+
+const STOPPED: ClaimLoopState = { kind: 'stopped', paused: false };
+const CLAIMING = next(STOPPED, 'start').state;
+
+describe('claim loop transitions (next)', () => {
+  it('claims at start, and not while stopped, whatever arrives', () => {
+    expect(next(STOPPED, 'start').action).toBe('claim');
+    const events: ClaimLoopEvent[] = ['wake', 'claimed-full', 'slot-freed', 'backlog-ok'];
+    expect(run(STOPPED, ...events)).toEqual({ state: STOPPED, actions: [null, null, null, null] });
+  });
+
+  it('serves a wake-up on the next turn, once a claim started after it', () => {
+    const woken = run(CLAIMING, 'wake');
+    expect(woken.actions).toEqual(['queue-wake']);
+    // A claim returning after the wake-up serves it again (it may have read before the commit).
+    expect(next(woken.state, 'claim-settled').action).toBe('queue-wake');
+    // A freed slot is what a wake-up waiting for capacity was waiting for.
+    expect(next(woken.state, 'slot-freed').action).toBe('serve-wake');
+    const served = run(woken.state, 'claim-started', 'claim-settled', 'slot-freed');
+    expect(served.actions).toEqual([null, null, null]);
+  });
+
+  it('claims again at once after a full claim, on a freed slot, before a pending wake-up', () => {
+    const full = run(CLAIMING, 'wake', 'claimed-full');
+    expect(next(full.state, 'claim-settled-full').action).toBe('queue-more');
+    expect(next(full.state, 'slot-freed').action).toBe('queue-more');
+    expect(next(run(full.state, 'claimed-short').state, 'slot-freed').action).toBe('serve-wake');
+  });
+
+  it('lets a claim held back by unwritten outcomes go once, when they are written', () => {
+    const held = run(CLAIMING, 'backlog-ok', 'held-back', 'backlog-ok', 'backlog-ok');
+    expect(held.actions).toEqual([null, null, 'queue-more', null]);
+  });
+
+  it('keeps a pause across stop and start, and claims on resume', () => {
+    const paused = run(STOPPED, 'pause', 'start');
+    expect(paused.state.kind).toBe('paused');
+    const stopped = run(paused.state, 'stop');
+    expect(stopped.state).toEqual({ kind: 'stopped', paused: true });
+    expect(run(stopped.state, 'start', 'resume')).toEqual({
+      state: { kind: 'claiming', owed: { wake: false, more: false, outcomes: false } },
+      actions: ['claim', 'claim'],
+    });
+  });
+
+  it('keeps what is owed while paused', () => {
+    const paused = run(CLAIMING, 'wake', 'pause', 'resume');
+    expect(paused.state).toEqual({
+      kind: 'claiming',
+      owed: { wake: true, more: false, outcomes: false },
+    });
+  });
+
+  it('returns the same state object when nothing changes', () => {
+    expect(next(CLAIMING, 'slot-freed').state).toBe(CLAIMING);
+    expect(next(CLAIMING, 'claimed-short').state).toBe(CLAIMING);
+  });
+});
