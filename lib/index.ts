@@ -1,20 +1,19 @@
+// The package's surface: what an app configures, injects, decorates, catches and migrates with.
+// Framework internals (the options' resolution and tokens, the handler registry) are imported by
+// path inside this repository and are not part of it.
 export { OutboxModule } from './outbox.module';
-export { OUTBOX_MODULE_OPTIONS } from './outbox.module-definition';
 export { OutboxService } from './outbox.service';
 export type { AppendOptions } from './outbox.service';
 export { OutboxDispatcher, OutboxShutdownError } from './dispatcher/outbox.dispatcher';
 export type { OutboxDispatcherStats } from './dispatcher/outbox-dispatcher.stats';
 export { OutboxHandler } from './decorators/outbox-handler.decorator';
 export { HandledEvent } from './decorators/handled-event.decorator';
-export { OutboxHandlerRegistry } from './outbox-handler.registry';
 export {
   OUTBOX_STORE,
-  OUTBOX_RESOLVED_OPTIONS,
   OUTBOX_DISPATCHER_INTERVAL,
   OUTBOX_CLEANUP_INTERVAL,
-  OUTBOX_CONTEXT_TYPE,
 } from './outbox.constants';
-export { resolveOutboxOptions, DEFAULT_LIMITS } from './outbox-options';
+export { DEFAULT_LIMITS } from './outbox-options';
 export { MemoryOutboxStore } from './stores/memory/memory-outbox.store';
 export type { MemoryOutboxStoreOptions } from './stores/memory/memory-outbox.store';
 export * from './errors';

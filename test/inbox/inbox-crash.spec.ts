@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { DataSource } from 'typeorm';
-import { OutboxHandlerRegistry } from 'nestjs-outbox';
 import { ensureInboxSchema, InboxService } from 'nestjs-outbox';
 import { forkFixture } from '../support/child-process';
 import { createOutboxApp } from '../support/outbox-app';
@@ -14,6 +13,7 @@ import {
   openInboxDataSource,
   uniquePrefix,
 } from './inbox-test-helpers';
+import { OutboxHandlerRegistry } from '../../lib/outbox-handler.registry';
 
 /** Runs the fixture in a child process until it has written its effect, then SIGKILLs it. */
 async function crashMidHandler(

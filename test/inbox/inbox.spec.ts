@@ -6,9 +6,7 @@ import {
   OutboxEvent,
   OutboxHandler,
   OutboxHandlerContext,
-  OutboxHandlerRegistry,
   OutboxOptionsError,
-  resolveOutboxOptions,
 } from 'nestjs-outbox';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import {
@@ -29,6 +27,8 @@ import {
   openInboxDataSource,
   uniquePrefix,
 } from './inbox-test-helpers';
+import { OutboxHandlerRegistry } from '../../lib/outbox-handler.registry';
+import { resolveOutboxOptions } from '../../lib/outbox-options';
 
 const EFFECTS = Symbol('EFFECTS');
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -12,7 +12,6 @@ import {
   OutboxService,
   OutboxValidationError,
   pgExecutor,
-  resolveOutboxOptions,
 } from 'nestjs-outbox';
 import {
   WAKEUP_LISTENERS_TTL_MS,
@@ -22,6 +21,7 @@ import {
 import { describeWithService } from '../../support/services';
 import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { openPool, pgStoreFor } from './pg-test-helpers';
+import { resolveOutboxOptions } from '../../../lib/outbox-options';
 
 /**
  * docs/stores.md "Without TypeORM: node-postgres": `store: { type: 'sql', executor: pgExecutor(pool) }`
