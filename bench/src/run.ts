@@ -130,6 +130,9 @@ const SCENARIOS: Scenario[] = [
       ['ours-sqlite-defaults', 'ours-pg-defaults'],
       ['ours-sqlite-tuned', 'ours-pg-tuned'],
       ['ours-sqlite-defaults', 'ours-sqlite-tuned'],
+      // Opt-in: the build before a change, extracted to .lib-before (RESULTS.md, run 11).
+      ['ours-pg-defaults', 'ours-pg-defaults@.lib-before/lib'],
+      ['ours-pg-defaults@.lib-before/lib', 'raw-pg', 0.6],
     ],
     metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
     // Filling 1 000 000 history rows and draining at default settings take minutes under load.
@@ -170,6 +173,11 @@ const SCENARIOS: Scenario[] = [
       ['ours-8', 'ours-nowake-8'],
       ['ours-nowake-1', 'raw-1'],
       ['ours-nowake-8', 'raw-8'],
+      // Opt-in: the build before a change, extracted to .lib-before (RESULTS.md, run 11).
+      ['ours-1', 'ours-1@.lib-before/lib'],
+      ['ours-8', 'ours-8@.lib-before/lib'],
+      ['ours-1@.lib-before/lib', 'raw-1', 0.9],
+      ['ours-8@.lib-before/lib', 'raw-8', 0.9],
     ],
     metrics: [
       { key: 'txPerSec', label: 'tx/s', higherIsBetter: true },
