@@ -350,3 +350,29 @@ export async function watchPrepared(
   }
   return sent;
 }
+
+/**
+ * Counts the statements sent through node-postgres (every `Client.prototype.query` call, whoever
+ * makes it: the library, TypeORM, Drizzle, the scenario) from now until `stop()`; `pg` is the one
+ * module all of them load from the root's node_modules. PostgreSQL's own counter
+ * (pg_stat_statements) needs a server restart to load, which a shared server does not get.
+ */
+export function countStatements(): {
+  count: () => number;
+  /** How many of each statement, by its first 40 characters. */
+  texts: () => Record<string, number>;
+  stop: () => void;
+} {
+  const { Client } = require('pg') as { Client: { prototype: { query: unknown } } };
+  const query = Client.prototype.query as (...args: unknown[]) => unknown;
+  let n = 0;
+  const texts: Record<string, number> = {};
+  Client.prototype.query = function (this: unknown, ...args: unknown[]) {
+    n++;
+    const config = args[0] as string | { text?: string };
+    const text = (typeof config === 'string' ? config : (config?.text ?? '?')).slice(0, 40);
+    texts[text] = (texts[text] ?? 0) + 1;
+    return query.apply(this, args);
+  };
+  return { count: () => n, texts: () => texts, stop: () => (Client.prototype.query = query) };
+}

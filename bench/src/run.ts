@@ -3,7 +3,7 @@
  * (round 1: a b c …, round 2: b c … a, …), then prints medians and paired ratios (each ratio is
  * taken within one round, where both runs saw the same machine load, then the median of those).
  *
- *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [append-tx] [inbox] [s2] [s3] [dispatch] [wake] [wakecost] [scale] [o11y]
+ *   node -r ../node_modules/ts-node/register/transpile-only src/run.ts [s1] [append-tx] [sql-append-tx] [prisma-append-tx] [commit-wake] [inbox] [s2] [s3] [dispatch] [wake] [wakecost] [scale] [o11y]
  *   BENCH_ROUNDS=3 (default); BENCH_S2_VARIANTS=ours-sqlite,pgboss (etc.) picks variants
  */
 import { spawnSync } from 'node:child_process';
@@ -130,6 +130,9 @@ const SCENARIOS: Scenario[] = [
       ['ours-sqlite-defaults', 'ours-pg-defaults'],
       ['ours-sqlite-tuned', 'ours-pg-tuned'],
       ['ours-sqlite-defaults', 'ours-sqlite-tuned'],
+      // Opt-in: the build before a change, extracted to .lib-before (RESULTS.md, run 11).
+      ['ours-pg-defaults', 'ours-pg-defaults@.lib-before/lib'],
+      ['ours-pg-defaults@.lib-before/lib', 'raw-pg', 0.6],
     ],
     metrics: [{ key: 'eventsPerSec', label: 'events/s', higherIsBetter: true }],
     // Filling 1 000 000 history rows and draining at default settings take minutes under load.
@@ -170,6 +173,11 @@ const SCENARIOS: Scenario[] = [
       ['ours-8', 'ours-nowake-8'],
       ['ours-nowake-1', 'raw-1'],
       ['ours-nowake-8', 'raw-8'],
+      // Opt-in: the build before a change, extracted to .lib-before (RESULTS.md, run 11).
+      ['ours-1', 'ours-1@.lib-before/lib'],
+      ['ours-8', 'ours-8@.lib-before/lib'],
+      ['ours-1@.lib-before/lib', 'raw-1', 0.9],
+      ['ours-8@.lib-before/lib', 'raw-8', 0.9],
     ],
     metrics: [
       { key: 'txPerSec', label: 'tx/s', higherIsBetter: true },
@@ -194,6 +202,59 @@ const SCENARIOS: Scenario[] = [
       { key: 'txPerSec', label: 'tx/s', higherIsBetter: true },
       { key: 'cpuUsPerTx', label: 'Node CPU µs/tx', higherIsBetter: false },
       { key: 'pgCpuUsPerTx', label: 'PG CPU µs/tx', higherIsBetter: false },
+    ],
+  },
+  {
+    id: 'sql-append-tx',
+    file: 'sql-append-tx.ts',
+    title: `sql-append-tx — one transaction per event through node-postgres (pgExecutor: BEGIN on a held PoolClient) and Drizzle (drizzleExecutor: db.transaction), INSERT business row; + nothing / a raw outbox INSERT on the same client / outbox.append({ tx }), PostgreSQL, 1 client × ${envInt('BENCH_SQL_TX_N_1', 1_000)} and 8 clients × ${envInt('BENCH_SQL_TX_N_8', 500)} transactions (transactions/s)`,
+    variants: [
+      'pg-business-1',
+      'pg-raw-1',
+      'pg-ours-1',
+      'drizzle-business-1',
+      'drizzle-raw-1',
+      'drizzle-ours-1',
+      'pg-business-8',
+      'pg-raw-8',
+      'pg-ours-8',
+      'drizzle-business-8',
+      'drizzle-raw-8',
+      'drizzle-ours-8',
+    ],
+    pairs: [
+      ['pg-ours-1', 'pg-raw-1'],
+      ['pg-ours-8', 'pg-raw-8'],
+      ['drizzle-ours-1', 'drizzle-raw-1'],
+      ['drizzle-ours-8', 'drizzle-raw-8'],
+      ['pg-raw-1', 'pg-business-1'],
+      ['pg-raw-8', 'pg-business-8'],
+      ['drizzle-raw-1', 'drizzle-business-1'],
+      ['drizzle-raw-8', 'drizzle-business-8'],
+      // Opt-in (BENCH_SQL_APPEND_TX_VARIANTS): what the NOTIFY inside the transaction costs.
+      ['pg-ours-1', 'pg-ours-nowake-1'],
+      ['pg-ours-8', 'pg-ours-nowake-8'],
+      ['pg-ours-nowake-1', 'pg-raw-1'],
+      ['pg-ours-nowake-8', 'pg-raw-8'],
+    ],
+    metrics: [
+      { key: 'txPerSec', label: 'tx/s', higherIsBetter: true },
+      { key: 'statementsPerTx', label: 'statements/tx', higherIsBetter: false },
+      { key: 'cpuUsPerTx', label: 'Node CPU µs/tx', higherIsBetter: false },
+      { key: 'pgCpuUsPerTx', label: 'PG CPU µs/tx', higherIsBetter: false },
+    ],
+  },
+  {
+    id: 'commit-wake',
+    file: 'commit-wake.ts',
+    title: `commit-wake — one process, an append in the caller's transaction, then COMMIT → handler start: TypeORM (commit subscriber) vs pgExecutor (NOTIFY inside the transaction, delivered at COMMIT); ${envInt('BENCH_COMMIT_WAKE_N', 200)} events one at a time, pollInterval ${envInt('BENCH_COMMIT_WAKE_POLL_MS', 10_000)} ms (ms)`,
+    variants: ['typeorm', 'pg'],
+    pairs: [['pg', 'typeorm']],
+    metrics: [
+      { key: 'p50', label: 'p50 ms', higherIsBetter: false },
+      { key: 'p95', label: 'p95 ms', higherIsBetter: false },
+      { key: 'sentP50', label: 'p50 ms from COMMIT sent', higherIsBetter: false },
+      { key: 'statementsPerEvent', label: 'statements/event', higherIsBetter: false },
     ],
   },
   {
