@@ -7,6 +7,7 @@ import { Pool as CallbackPool } from 'mysql2';
 import { Pool } from 'mysql2/promise';
 import {
   kyselyExecutor,
+  InboxService,
   OutboxDispatcher,
   OutboxEvent,
   OutboxHandler,
@@ -69,6 +70,7 @@ describeWithService('mariadb', 'sql store through kyselyExecutor on MariaDB, in 
           },
           dispatcher: { pollInterval: 100 },
           retention: { cleanupIntervalMs: 0 },
+          inbox: { cleanupIntervalMs: 0 },
         }),
       ],
       providers: [Delivered],
@@ -83,6 +85,7 @@ describeWithService('mariadb', 'sql store through kyselyExecutor on MariaDB, in 
   afterAll(async () => {
     await app?.close();
     await promisePool?.query(`DROP TABLE IF EXISTS ${orders}`);
+    await promisePool?.query(`DROP TABLE IF EXISTS ${prefix}inbox`);
     if (promisePool) await (await mysql2StoreFor(promisePool, prefix)).drop();
     await db?.destroy();
   });
@@ -179,5 +182,28 @@ describeWithService('mariadb', 'sql store through kyselyExecutor on MariaDB, in 
   it('without tx, commits the event in its own transaction', async () => {
     await outbox.append(order('own'));
     expect(await until(() => delivered().includes('own'))).toBe(true);
+  });
+
+  it('InboxService.run: the work runs in a Kysely Transaction, once per message, with its append', async () => {
+    const inbox = app.get(InboxService);
+    const work =
+      (id: string, fail = false) =>
+      async (trx: Kysely<any>, client: string) => {
+        expect(client).toBe('Kysely');
+        await trx.insertInto(orders).values({ id }).execute();
+        await outbox.append(order(id), { tx: trx });
+        if (fail) throw new Error('after the write');
+      };
+    const key = { consumer: 'kymm-orders', messageId: 'm-1' };
+    expect((await inbox.run(key, work('inbox-1'))).duplicate).toBe(false);
+    expect((await inbox.run(key, work('inbox-1'))).duplicate).toBe(true);
+    expect(await eventCount('inbox-1')).toBe(1);
+    const failing = { consumer: 'kymm-orders', messageId: 'm-2' };
+    await expect(inbox.run(failing, work('inbox-2', true))).rejects.toThrow('after the write');
+    expect(await eventCount('inbox-2')).toBe(0);
+    const [rows] = await promisePool.query(`SELECT 1 FROM ${orders} WHERE id = 'inbox-2'`);
+    expect(rows).toEqual([]);
+    expect((await inbox.run(failing, work('inbox-2'))).duplicate).toBe(false);
+    expect(await eventCount('inbox-2')).toBe(1);
   });
 });
