@@ -20,7 +20,7 @@ type KyselyCompiledQuery = object;
 type KyselyIsolationLevel = Lowercase<SqlIsolationLevel>;
 
 /** The parts of a `Kysely` (root, connection or `Transaction`) the executor uses. */
-interface KyselyLike {
+export interface KyselyLike {
   readonly isTransaction: boolean;
   executeQuery(query: KyselyCompiledQuery): Promise<{
     rows: Array<Record<string, any>>;
@@ -70,7 +70,7 @@ class KyselyConnection implements SqlConnection {
   }
 }
 
-function begin(db: KyselyLike, isolation: SqlIsolationLevel | undefined) {
+export function transactionBuilder(db: KyselyLike, isolation: SqlIsolationLevel | undefined) {
   const builder = db.transaction();
   return isolation
     ? builder.setIsolationLevel(isolation.toLowerCase() as KyselyIsolationLevel)
@@ -89,11 +89,53 @@ async function transactionStatus(trx: KyselyLike): Promise<'I' | 'T' | 'E'> {
     return rows[0]?.open === true ? 'T' : 'I';
   } catch (error) {
     if ((error as { code?: unknown }).code === '25P02') return 'E';
-    // Kysely refuses a transaction that committed or rolled back: none is open.
-    if (/Transaction is already (committed|rolled back)/.test(String((error as Error)?.message)))
-      return 'I';
+    if (isEndedTransactionError(error)) return 'I';
     throw error;
   }
+}
+
+/** Kysely's refusal of a statement in a `Transaction` that committed or rolled back. */
+export function isEndedTransactionError(error: unknown): boolean {
+  return /Transaction is already (committed|rolled back)/.test(String((error as Error)?.message));
+}
+
+/**
+ * `tx` as a Kysely `Transaction` of `db` (of any dialect), or the refusal that says what to pass:
+ * not a Kysely object, a Kysely outside any transaction, another Kysely instance's transaction, or
+ * a `ControlledTransaction` that committed or rolled back. Whether the server still holds the
+ * transaction open is the dialect's own check.
+ */
+export function kyselyTransactionOf(tx: unknown, db: KyselyLike): KyselyLike {
+  const t = tx as Record<string, unknown> | null;
+  // A Kysely instance has startTransaction() too; its own objects have getExecutor().
+  refuseTypeOrmTx(tx, KYSELY_TX, (own) => typeof own.getExecutor === 'function');
+  if (
+    typeof t !== 'object' ||
+    t === null ||
+    typeof t.executeQuery !== 'function' ||
+    typeof t.getExecutor !== 'function' ||
+    typeof t.isTransaction !== 'boolean'
+  ) {
+    throw new OutboxValidationError(
+      'options.tx',
+      `is not a Kysely Transaction, got ${describeValue(tx)}. ${HOW_TO_TX}`,
+    );
+  }
+  const trx = t as unknown as KyselyLike;
+  if (!trx.isTransaction) {
+    throw new OutboxValidationError(
+      'options.tx',
+      'is a Kysely instance outside any transaction (isTransaction is false: the root db, or a ' +
+        `db.connection()), so the event could be committed without your business write. ${HOW_TO_TX}`,
+    );
+  }
+  if (trx.getExecutor().adapter !== db.getExecutor().adapter) {
+    throw new OutboxValidationError(
+      'options.tx',
+      `is a transaction of another Kysely instance than the one given to kyselyExecutor(db): it may be on another database. ${HOW_TO_TX}`,
+    );
+  }
+  return trx;
 }
 
 /**
@@ -131,7 +173,9 @@ class KyselyExecutor implements SqlExecutor {
     fn: (connection: SqlConnection) => Promise<T>,
     options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
-    return begin(this.db, options.isolation).execute((trx) => fn(new KyselyConnection(trx)));
+    return transactionBuilder(this.db, options.isolation).execute((trx) =>
+      fn(new KyselyConnection(trx)),
+    );
   }
 
   /**
@@ -142,7 +186,7 @@ class KyselyExecutor implements SqlExecutor {
     fn: (trx: unknown, connection: SqlConnection) => Promise<T>,
     options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
-    return begin(this.appDb, options.isolation).execute((trx) =>
+    return transactionBuilder(this.appDb, options.isolation).execute((trx) =>
       fn(trx, new KyselyConnection(trx.withoutPlugins())),
     );
   }
@@ -153,35 +197,7 @@ class KyselyExecutor implements SqlExecutor {
 
   /** A Kysely `Transaction` of this db inside an open transaction (see `transactionStatus`). */
   async transactionOf(tx: unknown): Promise<CallerTransaction> {
-    const t = tx as Record<string, unknown> | null;
-    // A Kysely instance has startTransaction() too; its own objects have getExecutor().
-    refuseTypeOrmTx(tx, KYSELY_TX, (own) => typeof own.getExecutor === 'function');
-    if (
-      typeof t !== 'object' ||
-      t === null ||
-      typeof t.executeQuery !== 'function' ||
-      typeof t.getExecutor !== 'function' ||
-      typeof t.isTransaction !== 'boolean'
-    ) {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is not a Kysely Transaction, got ${describeValue(tx)}. ${HOW_TO_TX}`,
-      );
-    }
-    const trx = t as unknown as KyselyLike;
-    if (!trx.isTransaction) {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is a Kysely instance outside any transaction (isTransaction is false: the root db, or a ' +
-          `db.connection()), so the event could be committed without your business write. ${HOW_TO_TX}`,
-      );
-    }
-    if (trx.getExecutor().adapter !== this.db.getExecutor().adapter) {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is a transaction of another Kysely instance than the one given to kyselyExecutor(db): it may be on another database. ${HOW_TO_TX}`,
-      );
-    }
+    const trx = kyselyTransactionOf(tx, this.db);
     const status =
       trx.isCommitted === true || trx.isRolledBack === true ? 'I' : await transactionStatus(trx);
     requireOpenTransaction(
@@ -211,16 +227,19 @@ class KyselyExecutor implements SqlExecutor {
 /** Options of `kyselyExecutor`. */
 export interface KyselyExecutorOptions {
   /**
-   * The `pg` `Pool` given to Kysely's `PostgresDialect`: its connection options open the
-   * connection that LISTENs for wake-ups. Without it, wake-ups from other processes (and from
+   * PostgreSQL: the `pg` `Pool` given to Kysely's `PostgresDialect`: its connection options open
+   * the connection that LISTENs for wake-ups. Without it, wake-ups from other processes (and from
    * appends in your transactions) fall back to the dispatcher's poll.
+   *
+   * MySQL/MariaDB (required): the mysql2 pool given to Kysely's `MysqlDialect`; the store's own
+   * statements run on it, a caller's on the connection under its `Transaction`.
    */
   pool?: unknown;
 }
 
 /**
- * The executor of the 'sql' store for Kysely on PostgreSQL (`PostgresDialect`): `store: { type:
- * 'sql', executor: kyselyExecutor(db, { pool }) }`, and `append(events, { tx: trx })` inside
+ * The executor of the 'sql' store for Kysely on PostgreSQL (`PostgresDialect`) or MySQL/MariaDB
+ * (`MysqlDialect`): `store: { type: 'sql', executor: kyselyExecutor(db, { pool }) }`, and `append(events, { tx: trx })` inside
  * `db.transaction().execute(async (trx) => …)`. `kysely` is an optional peer: a missing one is
  * named with its install command.
  */
@@ -246,11 +265,15 @@ export function kyselyExecutor(db: unknown, options: KyselyExecutorOptions = {})
       'kyselyExecutor(db) needs the root Kysely instance, not a Transaction: pass the transaction to append(events, { tx: trx })',
     );
   }
+  // MySQL/MariaDB (MysqlDialect over a mysql2 pool): lib/executors/kysely-mysql.ts, loaded only then.
+  const { kyselyMysqlExecutor } = require('./kysely-mysql') as typeof import('./kysely-mysql');
+  const mysql = kyselyMysqlExecutor(d as KyselyLike, options.pool);
+  if (mysql) return mysql;
   const { PostgresAdapter } = require('kysely') as typeof import('kysely');
   if (!(d.getExecutor().adapter instanceof PostgresAdapter)) {
     throw new OutboxOptionsError(
       'store.executor',
-      `kyselyExecutor(db) supports Kysely on PostgreSQL (PostgresDialect), got a db with ${describeValue(d.getExecutor().adapter)}`,
+      `kyselyExecutor(db) supports Kysely on PostgreSQL (PostgresDialect) and MySQL/MariaDB (MysqlDialect), got a db with ${describeValue(d.getExecutor().adapter)}`,
     );
   }
   const pool = options.pool as Partial<PgPoolLike> | undefined;

@@ -1,8 +1,10 @@
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, MysqlDialect, PostgresDialect } from 'kysely';
+import { createPool as createMysqlPool } from 'mysql2';
 import { Pool } from 'pg';
 import { kyselyExecutor } from '../../../lib/executors';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
 import { ensureOutboxSchema, SqlOutboxStore } from '../../../lib/stores/typeorm/internal';
+import { mysqlConnectionOptions } from './mysql2-test-helpers';
 import { openPool } from './pg-test-helpers';
 
 /** A Kysely on PostgreSQL over its own pg Pool (both returned: Kysely does not expose its pool). */
@@ -32,4 +34,14 @@ export async function kyselyStoreFor(db: Kysely<any>, pool: Pool, prefix: string
       }
     },
   };
+}
+
+/**
+ * A Kysely on MariaDB (`MysqlDialect`) over its own mysql2 pool (the callback pool Kysely takes,
+ * and its promise API for the tests' own queries).
+ */
+export function openKyselyMysql(connectionLimit = 10) {
+  const pool = createMysqlPool({ ...mysqlConnectionOptions, connectionLimit });
+  const db = new Kysely<any>({ dialect: new MysqlDialect({ pool }) });
+  return { db, pool, promisePool: pool.promise() };
 }
