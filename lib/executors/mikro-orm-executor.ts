@@ -181,16 +181,18 @@ class MikroOrmExecutor implements SqlExecutor {
  * with its install command.
  */
 export function mikroOrmExecutor(ormOrEm: unknown): SqlExecutor {
-  assertInstalled('The MikroORM executor (mikroOrmExecutor)', ['@mikro-orm/core']);
+  const em = isOrm(ormOrEm) ? ormOrEm.em : ormOrEm;
+  const knex = isEntityManager(em) ? knexClientOf(em) : undefined;
+  if (knex?.driverName === 'mariadb')
+    return mikroOrmMysqlExecutor(ormOrEm, em as EntityManagerLike);
+  assertInstalled('The MikroORM executor (mikroOrmExecutor)', [
+    '@mikro-orm/core',
+    '@mikro-orm/postgresql',
+  ]);
   const HOW =
     "mikroOrmExecutor(orm) needs a MikroORM instance (await MikroORM.init({ driver: PostgreSqlDriver, … }) from '@mikro-orm/postgresql', or MariaDbDriver from '@mikro-orm/mariadb') or its orm.em";
-  const em = isOrm(ormOrEm) ? ormOrEm.em : ormOrEm;
   if (!isEntityManager(em)) {
     throw new OutboxOptionsError('store.executor', `${HOW}, got ${describeValue(ormOrEm)}`);
-  }
-  const knex = knexClientOf(em);
-  if (knex?.driverName === 'mariadb') {
-    return mikroOrmMysqlExecutor(ormOrEm, em);
   }
   if (knex?.driverName !== 'pg') {
     throw new OutboxOptionsError(
@@ -198,8 +200,5 @@ export function mikroOrmExecutor(ormOrEm: unknown): SqlExecutor {
       `${HOW}; mikroOrmExecutor supports the PostgreSQL and MariaDB drivers (@mikro-orm/postgresql, @mikro-orm/mariadb), got an EntityManager over ${describeValue(em.getDriver())}`,
     );
   }
-  assertInstalled('The MikroORM executor on PostgreSQL (mikroOrmExecutor)', [
-    '@mikro-orm/postgresql',
-  ]);
   return new MikroOrmExecutor(ormOrEm, em);
 }

@@ -185,6 +185,9 @@ class MikroOrmMysqlExecutor implements SqlExecutor {
 
 /** `mikroOrmExecutor(orm)` for an EntityManager whose knex client is the `mariadb` one. */
 export function mikroOrmMysqlExecutor(orm: unknown, em: EntityManagerLike): SqlExecutor {
-  assertInstalled('The MikroORM executor on MariaDB (mikroOrmExecutor)', ['@mikro-orm/mariadb']);
+  assertInstalled('The MikroORM executor (mikroOrmExecutor)', [
+    '@mikro-orm/core',
+    '@mikro-orm/mariadb',
+  ]);
   return new MikroOrmMysqlExecutor(orm, em);
 }
