@@ -1,8 +1,18 @@
 import { dirname } from 'node:path';
-import { refuseTypeOrmTx, requireOpenTransaction } from './caller-transaction-checks';
+import { requireOpenTransaction } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
+import {
+  ENDED,
+  EntityManagerLike,
+  isEntityManager,
+  isOrm,
+  KnexClientLike,
+  knexClientOf,
+  knexTransactionOf,
+  ownsMikroClient,
+} from './mikro-orm-entity-manager';
+import { mikroOrmMysqlExecutor } from './mikro-orm-mysql';
 import { PgClientLike, PgConnection, transactionStatus } from './pg-executor';
 import {
   CallerTransaction,
@@ -13,57 +23,6 @@ import {
   SqlIsolationLevel,
   SqlStatement,
 } from './sql-executor';
-
-const HOW_TO_TX =
-  'Pass the EntityManager of your transaction: await em.transactional(async (em) => { …; ' +
-  'await outbox.append(events, { tx: em }); }), or a fork after await fork.begin() (before its commit). ' +
-  'Or omit tx to let the outbox commit the event in its own transaction.';
-const MIKRO_TX = { client: 'MikroORM', executorCall: 'mikroOrmExecutor(orm)', howTo: HOW_TO_TX };
-
-/** The parts of a knex client (MikroORM 6 runs its SQL drivers on knex) the executor uses. */
-interface KnexClientLike {
-  driverName?: string;
-  /** The options each pool connection is opened with (for `pg`: a `Client` config). */
-  connectionSettings?: unknown;
-  acquireConnection(): Promise<PgClientLike>;
-  releaseConnection(connection: PgClientLike): Promise<unknown>;
-}
-
-/** A knex `Transaction`: what MikroORM 6 keeps as an EntityManager's transaction context. */
-interface KnexTransactionLike {
-  client: KnexClientLike;
-  isCompleted(): boolean;
-}
-
-/** The parts of a MikroORM `EntityManager` the executor uses. */
-interface EntityManagerLike {
-  getDriver(): object;
-  getConnection(type?: 'read' | 'write'): { getKnex(): { client: KnexClientLike } };
-  getTransactionContext(): KnexTransactionLike | undefined;
-  transactional<T>(
-    fn: (em: EntityManagerLike) => Promise<T>,
-    options?: { isolationLevel?: string; propagation?: string },
-  ): Promise<T>;
-}
-
-function isEntityManager(value: unknown): value is EntityManagerLike {
-  const v = value as Record<string, unknown> | null;
-  return (
-    typeof v === 'object' &&
-    v !== null &&
-    typeof v.getDriver === 'function' &&
-    typeof v.getConnection === 'function' &&
-    typeof v.getTransactionContext === 'function' &&
-    typeof v.transactional === 'function' &&
-    typeof v.fork === 'function'
-  );
-}
-
-/** A `MikroORM` instance (`await MikroORM.init(…)`): it holds the global `em`. */
-function isOrm(value: unknown): value is { em: EntityManagerLike } {
-  const v = value as { em?: unknown; config?: unknown } | null;
-  return typeof v === 'object' && v !== null && isEntityManager(v.em) && v.config !== undefined;
-}
 
 /**
  * The `pg` module MikroORM's PostgreSQL driver loads (resolved from `@mikro-orm/postgresql`, which
@@ -120,8 +79,8 @@ class MikroOrmExecutor implements SqlExecutor {
     this.types = pgModule().types;
   }
 
-  private get knexClient(): KnexClientLike {
-    return this.em.getConnection('write').getKnex().client;
+  private get knexClient(): KnexClientLike<PgClientLike> {
+    return this.em.getConnection('write').getKnex().client as KnexClientLike<PgClientLike>;
   }
 
   query(statement: SqlStatement) {
@@ -186,57 +145,15 @@ class MikroOrmExecutor implements SqlExecutor {
 
   /** The MikroORM instance given to the executor, or an EntityManager of its database. */
   ownsClient(value: unknown): boolean {
-    if (value === this.orm || value === this.em) return true;
-    return isEntityManager(value) && value.getDriver() === this.em.getDriver();
+    return ownsMikroClient(this.orm, this.em, value);
   }
 
   /** A MikroORM EntityManager of this database inside its open transaction. */
   async transactionOf(tx: unknown): Promise<CallerTransaction> {
-    refuseTypeOrmTx(tx, MIKRO_TX, (own) => isEntityManager(own));
-    if (isOrm(tx)) {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is the MikroORM instance, not a transaction: a write through it commits on its own. ${HOW_TO_TX}`,
-      );
-    }
-    if (!isEntityManager(tx)) {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is not a MikroORM EntityManager, got ${describeValue(tx)}. ${HOW_TO_TX}`,
-      );
-    }
-    if (tx.getDriver() !== this.em.getDriver()) {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is an EntityManager of another MikroORM instance than the one given to mikroOrmExecutor(orm): it may be on another database. ${HOW_TO_TX}`,
-      );
-    }
-    // (MikroORM resolves the global em to the transaction's fork inside em.transactional().)
-    const ctx = tx.getTransactionContext();
-    if (ctx === undefined) {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is a MikroORM EntityManager outside any transaction (the global em, or a fork before em.begin() ' +
-          `or after its commit), so the event could be committed without your business write. ${HOW_TO_TX}`,
-      );
-    }
-    const ended =
-      'is a MikroORM EntityManager whose transaction already committed or rolled back ' +
-      `(its em.transactional() callback has returned). ${HOW_TO_TX}`;
-    if (
-      typeof ctx.isCompleted !== 'function' ||
-      typeof ctx.client?.acquireConnection !== 'function'
-    ) {
-      throw new OutboxValidationError(
-        'options.tx',
-        'is a MikroORM EntityManager whose transaction context is not a knex transaction ' +
-          '(mikroOrmExecutor supports MikroORM 6 with @mikro-orm/postgresql).',
-      );
-    }
-    if (ctx.isCompleted()) throw new OutboxValidationError('options.tx', ended);
+    const ctx = knexTransactionOf<PgClientLike>(tx, this.em, '@mikro-orm/postgresql');
     // A knex transaction's client hands out the one connection the transaction runs on.
     const client = await ctx.client.acquireConnection();
-    requireOpenTransaction(await transactionStatus(client), ended);
+    requireOpenTransaction(await transactionStatus(client), ENDED);
     return {
       connection: new PgConnection(new DefaultTypesClient(client, this.types)),
       key: ctx,
@@ -256,27 +173,31 @@ class MikroOrmExecutor implements SqlExecutor {
 }
 
 /**
- * The executor of the 'sql' store for MikroORM 6 on PostgreSQL: `store: { type: 'sql', executor:
+ * The executor of the 'sql' store for MikroORM 6: `store: { type: 'sql', executor:
  * mikroOrmExecutor(orm) }` (the `MikroORM` instance, or its `orm.em`), and `append(events, { tx:
- * em })` with the EntityManager of `em.transactional(async (em) => …)`. `@mikro-orm/core` and
- * `@mikro-orm/postgresql` are optional peers: a missing one is named with its install command.
+ * em })` with the EntityManager of `em.transactional(async (em) => …)`. PostgreSQL
+ * (`@mikro-orm/postgresql`) here; MariaDB (`@mikro-orm/mariadb`) in
+ * mikro-orm-mysql.ts. `@mikro-orm/core` and the driver are optional peers: a missing one is named
+ * with its install command.
  */
 export function mikroOrmExecutor(ormOrEm: unknown): SqlExecutor {
+  const em = isOrm(ormOrEm) ? ormOrEm.em : ormOrEm;
+  const knex = isEntityManager(em) ? knexClientOf(em) : undefined;
+  if (knex?.driverName === 'mariadb')
+    return mikroOrmMysqlExecutor(ormOrEm, em as EntityManagerLike);
   assertInstalled('The MikroORM executor (mikroOrmExecutor)', [
     '@mikro-orm/core',
     '@mikro-orm/postgresql',
   ]);
   const HOW =
-    "mikroOrmExecutor(orm) needs a MikroORM instance (await MikroORM.init({ driver: PostgreSqlDriver, … }) from '@mikro-orm/postgresql') or its orm.em";
-  const em = isOrm(ormOrEm) ? ormOrEm.em : ormOrEm;
+    "mikroOrmExecutor(orm) needs a MikroORM instance (await MikroORM.init({ driver: PostgreSqlDriver, … }) from '@mikro-orm/postgresql', or MariaDbDriver from '@mikro-orm/mariadb') or its orm.em";
   if (!isEntityManager(em)) {
     throw new OutboxOptionsError('store.executor', `${HOW}, got ${describeValue(ormOrEm)}`);
   }
-  const knex = em.getConnection('write').getKnex?.()?.client;
   if (knex?.driverName !== 'pg') {
     throw new OutboxOptionsError(
       'store.executor',
-      `${HOW}; mikroOrmExecutor supports the PostgreSQL driver (@mikro-orm/postgresql), got an EntityManager over ${describeValue(em.getDriver())}`,
+      `${HOW}; mikroOrmExecutor supports the PostgreSQL and MariaDB drivers (@mikro-orm/postgresql, @mikro-orm/mariadb), got an EntityManager over ${describeValue(em.getDriver())}`,
     );
   }
   return new MikroOrmExecutor(ormOrEm, em);

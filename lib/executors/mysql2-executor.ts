@@ -88,7 +88,7 @@ export function connectionOf(value: unknown): CoreConnection | undefined {
   return isCoreConnection(wrapped) ? wrapped : undefined;
 }
 
-function send(connection: CoreConnection, text: string, params: readonly unknown[]) {
+function send(connection: Pick<CoreConnection, 'query'>, text: string, params: readonly unknown[]) {
   return new Promise<unknown>((resolve, reject) => {
     connection.query(text, params as unknown[], (error, result) =>
       error ? reject(error) : resolve(result),
@@ -103,7 +103,7 @@ function toRows(result: unknown): SqlRows {
 
 /** Statements on one mysql2 pooled connection; mysql2's errors (`errno`, `code`) as they are. */
 export class Mysql2Connection implements SqlConnection {
-  constructor(readonly connection: CoreConnection) {}
+  constructor(readonly connection: Pick<CoreConnection, 'query'>) {}
 
   async query(statement: SqlStatement): Promise<SqlRows> {
     return toRows(await send(this.connection, statement.text, statement.params));
@@ -272,16 +272,22 @@ export class Mysql2Executor implements SqlExecutor {
       );
     }
     const status = ((await send(connection, 'DO 0', [])) as { serverStatus?: number }).serverStatus;
-    if (status === undefined || (status & IN_TRANS) === 0) {
-      if (status === undefined || (status & AUTOCOMMIT) !== 0) {
-        throw new OutboxValidationError(
-          'options.tx',
-          `is not inside an open transaction, so the event could be committed without your business write. ${HOW_TO_TX}`,
-        );
-      }
-    }
+    requireMysqlOpenTransaction(status, HOW_TO_TX);
     return { connection: new Mysql2Connection(connection), key: connection };
   }
+}
+
+/**
+ * Refuses a connection whose server status flags (of the OK packet of a no-op statement, `DO 0`)
+ * say it is outside a transaction: neither `SERVER_STATUS_IN_TRANS` (set from `START TRANSACTION`
+ * on, on MySQL and MariaDB alike) nor autocommit off (then every statement is in a transaction).
+ */
+export function requireMysqlOpenTransaction(status: number | undefined, howTo: string): void {
+  if (status !== undefined && ((status & IN_TRANS) !== 0 || (status & AUTOCOMMIT) === 0)) return;
+  throw new OutboxValidationError(
+    'options.tx',
+    `is not inside an open transaction, so the event could be committed without your business write. ${howTo}`,
+  );
 }
 
 /** mysql2's promise wrapper of a callback PoolConnection. */

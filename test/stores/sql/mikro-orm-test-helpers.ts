@@ -1,9 +1,11 @@
 import { EntitySchema, MikroORM } from '@mikro-orm/core';
+import { MariaDbDriver } from '@mikro-orm/mariadb';
 import { PostgreSqlDriver } from '@mikro-orm/postgresql';
 import { mikroOrmExecutor } from '../../../lib/executors';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
 import { ensureOutboxSchema, SqlOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { SERVICES } from '../../support/services';
+import { mysqlConnectionOptions } from './mysql2-test-helpers';
 
 /** The business row the tests write beside the event. */
 export class Order {
@@ -36,6 +38,27 @@ export async function openOrm(prefix: string, poolMax = 10): Promise<MikroORM<Po
   await orm.em
     .getConnection()
     .execute(`CREATE TABLE IF NOT EXISTS ${prefix}orders (id text PRIMARY KEY)`);
+  return orm;
+}
+
+/** A MikroORM 6 on the test MariaDB (`@mikro-orm/mariadb`), with `Order` on `<prefix>orders`. */
+export async function openMariaOrm(prefix: string, poolMax = 10): Promise<MikroORM<MariaDbDriver>> {
+  const { host, port, user, password, database } = mysqlConnectionOptions;
+  const orm = await MikroORM.init<MariaDbDriver>({
+    driver: MariaDbDriver,
+    host,
+    port,
+    user,
+    password,
+    dbName: database,
+    entities: [orderSchema(prefix)],
+    pool: { min: 0, max: poolMax },
+    debug: false,
+    allowGlobalContext: true,
+  });
+  await orm.em
+    .getConnection()
+    .execute(`CREATE TABLE IF NOT EXISTS ${prefix}orders (id varchar(64) PRIMARY KEY)`);
   return orm;
 }
 
