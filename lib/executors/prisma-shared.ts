@@ -144,9 +144,16 @@ export function asBuffer(value: unknown): unknown {
   return value;
 }
 
-/** Prisma's `Decimal` (decimal.js), as the string drivers return. */
+/**
+ * Prisma's `Decimal` (decimal.js, whose instances tag themselves `[object Decimal]`; its class
+ * name differs between Prisma's builds, `Decimal2` in some), as the string drivers return.
+ */
 export function isDecimal(value: unknown): boolean {
-  return value !== null && typeof value === 'object' && value.constructor?.name === 'Decimal';
+  return (
+    value !== null &&
+    typeof value === 'object' &&
+    Object.prototype.toString.call(value) === '[object Decimal]'
+  );
 }
 
 /**
