@@ -1,8 +1,20 @@
-import { refuseTypeOrmTx, requireOpenTransaction } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
 import { pgExecutor } from './pg-executor';
+import { PrismaMariaDbExecutor } from './prisma-mariadb';
+import {
+  asBuffer,
+  callerTransaction,
+  HOW_TO_TX,
+  inTransaction,
+  isDecimal,
+  isPrismaClient,
+  ISOLATION,
+  ownsPrismaClient,
+  PrismaLike,
+  PrismaTxConnection,
+  withDriverError,
+} from './prisma-shared';
 import {
   CallerTransaction,
   describeValue,
@@ -14,81 +26,10 @@ import {
   SqlStatement,
 } from './sql-executor';
 
-const HOW_TO_TX =
-  'Pass the client of your interactive transaction: await prisma.$transaction(async (tx) => { …; ' +
-  'await outbox.append(events, { tx }); }). Or omit tx to let the outbox commit the event in its own transaction.';
-const PRISMA_TX = { client: 'Prisma', executorCall: 'prismaExecutor(prisma)', howTo: HOW_TO_TX };
-
-/**
- * Where Prisma keeps the interactive transaction a client runs in (`@prisma/client` 7,
- * getPrismaClient.ts: `{ kind: 'nested', txId, … }` on the client `$transaction` hands its
- * callback; absent on the root client). Not public API: read only to tell a transaction's client
- * from the root one, and checked.
- */
-const TX_SCOPE_CONTEXT = Symbol.for('prisma.client.transaction.scope_context');
-
-/** Prisma's names of the isolation levels (`Prisma.TransactionIsolationLevel`). */
-const ISOLATION: Record<SqlIsolationLevel, string> = {
-  'READ UNCOMMITTED': 'ReadUncommitted',
-  'READ COMMITTED': 'ReadCommitted',
-  'REPEATABLE READ': 'RepeatableRead',
-  SERIALIZABLE: 'Serializable',
-};
-
-/** The parts of a `PrismaClient` (root, extended, or an interactive transaction's) the executor uses. */
-interface PrismaLike {
-  $queryRawUnsafe(text: string, ...params: unknown[]): Promise<Array<Record<string, any>>>;
-  $executeRawUnsafe(text: string, ...params: unknown[]): Promise<number>;
-  $transaction<T>(
-    fn: (tx: PrismaLike) => Promise<T>,
-    options?: { isolationLevel?: string },
-  ): Promise<T>;
-  /** The query engine, shared by a client, its `$extends` clients and its transactions. */
-  _engine?: object;
-  /** The client's options as Prisma keeps them: `adapter` is the driver adapter factory. */
-  _engineConfig?: { adapter?: { adapterName?: string; config?: unknown; externalPool?: unknown } };
-}
-
 /** The parts of a `pg` `Pool` the executor needs. */
 interface PgPoolLike {
   connect(): Promise<unknown>;
   query(...args: unknown[]): Promise<unknown>;
-}
-
-function isPrismaClient(value: unknown): value is PrismaLike {
-  const v = value as Record<string, unknown> | null;
-  return (
-    typeof v === 'object' &&
-    v !== null &&
-    typeof v.$queryRawUnsafe === 'function' &&
-    typeof v.$executeRawUnsafe === 'function' &&
-    typeof v.$transaction === 'function'
-  );
-}
-
-function inTransaction(client: PrismaLike): boolean {
-  return (client as unknown as Record<symbol, unknown>)[TX_SCOPE_CONTEXT] !== undefined;
-}
-
-/**
- * Prisma reports a failed raw statement as a `PrismaClientKnownRequestError` P2010 whose
- * `meta.driverAdapterError.cause` holds the driver's code (`originalCode`, PostgreSQL's SQLSTATE;
- * `code` for the errors the adapter does not classify). The dialects read `error.driverError`:
- * set it, so a unique violation or a deadlock is told from other failures as with `pg`.
- */
-function withDriverError(error: unknown): unknown {
-  const e = error as {
-    meta?: { driverAdapterError?: { cause?: Record<string, unknown> } };
-    driverError?: unknown;
-  } | null;
-  const cause = e?.meta?.driverAdapterError?.cause;
-  if (cause && e && e.driverError === undefined) {
-    e.driverError = {
-      code: cause.originalCode ?? cause.code,
-      message: cause.originalMessage ?? cause.message,
-    };
-  }
-  return error;
 }
 
 /**
@@ -97,43 +38,12 @@ function withDriverError(error: unknown): unknown {
  * Timestamps are Dates and `json`/`jsonb` parsed values in both.
  */
 function pgValue(value: unknown): unknown {
-  if (typeof value === 'bigint') return value.toString();
-  if (value instanceof Uint8Array && !Buffer.isBuffer(value)) {
-    return Buffer.from(value.buffer, value.byteOffset, value.byteLength);
-  }
-  if (value !== null && typeof value === 'object' && value.constructor?.name === 'Decimal') {
-    return String(value);
-  }
-  return value;
+  if (typeof value === 'bigint' || isDecimal(value)) return String(value);
+  return asBuffer(value);
 }
 
-/** Statements whose rows the store reads; the others run as commands, which report a count. */
-const RETURNS_ROWS = /^\s*(SELECT|WITH|VALUES)\b|\bRETURNING\b/i;
-
-/**
- * Statements in a caller's interactive transaction, through its client's raw queries (Prisma
- * does not expose the connection of an interactive transaction). `$queryRawUnsafe` returns rows
- * but no count, `$executeRawUnsafe` a count but no rows: a statement goes to the one that gives
- * what the store reads of it.
- */
-class PrismaTxConnection implements SqlConnection {
-  constructor(private readonly tx: PrismaLike) {}
-
-  async query(statement: SqlStatement): Promise<SqlRows> {
-    const params = statement.params as unknown[];
-    try {
-      if (!RETURNS_ROWS.test(statement.text)) {
-        return { rows: [], affected: await this.tx.$executeRawUnsafe(statement.text, ...params) };
-      }
-      const rows = (await this.tx.$queryRawUnsafe(statement.text, ...params)).map((row) => {
-        for (const column of Object.keys(row)) row[column] = pgValue(row[column]);
-        return row;
-      });
-      return { rows, affected: rows.length };
-    } catch (error) {
-      throw withDriverError(error);
-    }
-  }
+function pgTxConnection(tx: PrismaLike): SqlConnection {
+  return new PrismaTxConnection(tx, 'postgres', pgValue);
 }
 
 /**
@@ -147,7 +57,10 @@ async function transactionStatus(tx: PrismaLike): Promise<'I' | 'T' | 'E'> {
     );
     return rows[0]?.open === true ? 'T' : 'I';
   } catch (error) {
-    const e = withDriverError(error) as { code?: unknown; driverError?: { code?: unknown } };
+    const e = withDriverError(error, 'postgres') as {
+      code?: unknown;
+      driverError?: { code?: unknown };
+    };
     if (e.driverError?.code === '25P02') return 'E';
     if (e.code === 'P2028') return 'I';
     throw error;
@@ -198,51 +111,24 @@ class PrismaExecutor implements SqlExecutor {
     options: { isolation?: SqlIsolationLevel } = {},
   ): Promise<T> {
     return this.prisma.$transaction(
-      (tx) => fn(tx, new PrismaTxConnection(tx)),
+      (tx) => fn(tx, pgTxConnection(tx)),
       options.isolation ? { isolationLevel: ISOLATION[options.isolation] } : undefined,
     );
   }
 
   /** This PrismaClient, or a `$extends` client of it, outside any transaction. */
   ownsClient(value: unknown): boolean {
-    return (
-      value === this.prisma ||
-      (isPrismaClient(value) && value._engine === this.prisma._engine && !inTransaction(value))
-    );
+    return ownsPrismaClient(this.prisma, value);
   }
 
   /** An interactive-transaction client of this PrismaClient, inside its open transaction. */
-  async transactionOf(tx: unknown): Promise<CallerTransaction> {
-    refuseTypeOrmTx(tx, PRISMA_TX);
-    if (!isPrismaClient(tx)) {
-      const t = tx as Record<string, unknown> | null;
-      const pg = typeof t?.query === 'function' && typeof t?.connect === 'function';
-      throw new OutboxValidationError(
-        'options.tx',
-        pg || (typeof t?.query === 'function' && typeof t?.release === 'function')
-          ? `is a pg Pool or PoolClient, but this store (prismaExecutor) takes Prisma's transaction client. ${HOW_TO_TX}`
-          : `is not a Prisma transaction client, got ${describeValue(tx)}. ${HOW_TO_TX}`,
-      );
-    }
-    if (tx._engine !== this.prisma._engine) {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is a transaction of another PrismaClient than the one given to prismaExecutor(prisma): it may be on another database. ${HOW_TO_TX}`,
-      );
-    }
-    if (!inTransaction(tx)) {
-      throw new OutboxValidationError(
-        'options.tx',
-        `is the PrismaClient itself, not a transaction: a write through it commits on its own. ${HOW_TO_TX}`,
-      );
-    }
-    requireOpenTransaction(
-      await transactionStatus(tx),
-      'is not inside an open transaction (its $transaction() callback has already returned), ' +
-        `so the event could be committed without your business write. ${HOW_TO_TX}`,
+  transactionOf(tx: unknown): Promise<CallerTransaction> {
+    return callerTransaction(this.prisma, tx, transactionStatus, pgTxConnection, (t) =>
+      typeof t?.query === 'function' &&
+      (typeof t?.connect === 'function' || typeof t?.release === 'function')
+        ? `is a pg Pool or PoolClient, but this store (prismaExecutor) takes Prisma's transaction client. ${HOW_TO_TX}`
+        : undefined,
     );
-    const key = (tx as unknown as Record<symbol, object>)[TX_SCOPE_CONTEXT];
-    return { connection: new PrismaTxConnection(tx), key };
   }
 
   /** A new `pg` Client with the pool's connection options, as for `pgExecutor(pool)`. */
@@ -251,20 +137,25 @@ class PrismaExecutor implements SqlExecutor {
   }
 }
 
+const PG_ADAPTER = '@prisma/adapter-pg';
+const MARIADB_ADAPTER = '@prisma/adapter-mariadb';
+
 /**
- * The executor of the 'sql' store for Prisma 7 on PostgreSQL: `store: { type: 'sql', executor:
- * prismaExecutor(prisma) }` with `prisma = new PrismaClient({ adapter: new PrismaPg(…) })`.
- * `@prisma/client`, `@prisma/adapter-pg` and `pg` are optional peers: a missing one is named with
- * its install command.
+ * The executor of the 'sql' store for Prisma 7 on PostgreSQL or MySQL/MariaDB: `store: { type:
+ * 'sql', executor: prismaExecutor(prisma) }` with `prisma = new PrismaClient({ adapter: new
+ * PrismaPg(…) })` or `new PrismaMariaDb(…)`. `@prisma/client` and the adapter's packages
+ * (`@prisma/adapter-pg` and `pg`, or `@prisma/adapter-mariadb`) are optional peers: a missing one
+ * is named with its install command.
  */
 export function prismaExecutor(prisma: unknown): SqlExecutor {
-  assertInstalled('The Prisma executor (prismaExecutor)', [
-    '@prisma/client',
-    '@prisma/adapter-pg',
-    'pg',
-  ]);
+  const adapter = isPrismaClient(prisma) ? prisma._engineConfig?.adapter : undefined;
+  const mariadb = adapter?.adapterName === MARIADB_ADAPTER;
+  assertInstalled(
+    'The Prisma executor (prismaExecutor)',
+    mariadb ? ['@prisma/client', MARIADB_ADAPTER] : ['@prisma/client', PG_ADAPTER, 'pg'],
+  );
   const HOW =
-    "prismaExecutor(prisma) needs a PrismaClient over PostgreSQL's driver adapter (new PrismaClient({ adapter: new PrismaPg(…) }) from '@prisma/adapter-pg')";
+    "prismaExecutor(prisma) needs a PrismaClient over a PostgreSQL or MariaDB driver adapter (new PrismaClient({ adapter: new PrismaPg(…) }) from '@prisma/adapter-pg', or new PrismaMariaDb(…) from '@prisma/adapter-mariadb')";
   if (!isPrismaClient(prisma)) {
     throw new OutboxOptionsError('store.executor', `${HOW}, got ${describeValue(prisma)}`);
   }
@@ -274,8 +165,10 @@ export function prismaExecutor(prisma: unknown): SqlExecutor {
       `${HOW}, got the client of an interactive transaction (tx): pass the PrismaClient, and tx to append() as { tx }`,
     );
   }
-  const adapter = prisma._engineConfig?.adapter;
-  if (adapter?.adapterName !== '@prisma/adapter-pg') {
+  if (mariadb && typeof adapter.connect === 'function') {
+    return new PrismaMariaDbExecutor(prisma, adapter as Required<Pick<typeof adapter, 'connect'>>);
+  }
+  if (adapter?.adapterName !== PG_ADAPTER) {
     throw new OutboxOptionsError(
       'store.executor',
       `${HOW}, got one with ${adapter?.adapterName ? `the driver adapter ${adapter.adapterName}` : 'no driver adapter'}`,

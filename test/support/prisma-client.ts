@@ -2,21 +2,25 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
-const DIR = join(__dirname, '..', 'fixtures', 'prisma');
-const SCHEMA = join(DIR, 'schema.prisma');
-const CLIENT = join(DIR, 'generated', 'client.ts');
+/** The test schemas: PostgreSQL (test/fixtures/prisma) and MySQL/MariaDB (prisma-mysql). */
+const FIXTURES = ['prisma', 'prisma-mysql'].map((name) => join(__dirname, '..', 'fixtures', name));
 
 /**
- * Generates the Prisma client of the test schema (test/fixtures/prisma) when it is missing or
- * older than the schema: it is not committed (generated code, ~100 kB). Runs offline: `prisma
- * generate` only needs the schema engine for nothing it does here, so `PRISMA_SCHEMA_ENGINE_BINARY`
- * points it at a no-op instead of letting it download one; the generated client needs no engine.
+ * Generates the Prisma clients of the test schemas when missing or older than their schema: they
+ * are not committed (generated code, ~100 kB each). Runs offline: `prisma generate` only needs
+ * the schema engine for nothing it does here, so `PRISMA_SCHEMA_ENGINE_BINARY` points it at a
+ * no-op instead of letting it download one; the generated clients need no engine.
  */
 export function generatePrismaClient(): void {
-  if (existsSync(CLIENT) && statSync(CLIENT).mtimeMs >= statSync(SCHEMA).mtimeMs) return;
+  for (const dir of FIXTURES)
+    generate(join(dir, 'schema.prisma'), join(dir, 'generated', 'client.ts'));
+}
+
+function generate(schema: string, client: string): void {
+  if (existsSync(client) && statSync(client).mtimeMs >= statSync(schema).mtimeMs) return;
   execFileSync(
     process.execPath,
-    [require.resolve('prisma/build/index.js'), 'generate', '--schema', SCHEMA],
+    [require.resolve('prisma/build/index.js'), 'generate', '--schema', schema],
     {
       env: {
         ...process.env,

@@ -330,15 +330,15 @@ describe('prismaExecutor(prisma)', () => {
         async (tx, connection) => {
           await (tx as PrismaClient).order.create({ data: { total } });
           const { rows } = await connection.query({
-            text: `SELECT count(*) AS n, current_setting('transaction_isolation') AS level FROM ${ORDERS} WHERE total = $1`,
+            text: `SELECT count(*) AS n, 1.5::numeric AS d, current_setting('transaction_isolation') AS level FROM ${ORDERS} WHERE total = $1`,
             params: [total],
           });
           return rows[0];
         },
         { isolation: 'SERIALIZABLE' },
       );
-      // pg's shapes: a bigint count is a string.
-      expect(seq).toEqual({ n: '1', level: 'serializable' });
+      // pg's shapes: a bigint count and a numeric are strings.
+      expect(seq).toEqual({ n: '1', d: '1.5', level: 'serializable' });
       expect(await count()).toBe(1);
       await pool.query(`DELETE FROM ${ORDERS} WHERE total = $1`, [total]);
     } finally {
