@@ -86,23 +86,37 @@ describe('missing optional packages are reported together', () => {
     expect(() => assertInstalled('A feature', ['class-validator', 'typeorm'])).not.toThrow();
   });
 
-  it('the schema CLI on --url names typeorm and the driver in one error', () => {
-    const line = withoutPackages(
-      ['typeorm', 'pg'],
-      `
+  const cliWithout = (hidden: string[], url: string) =>
+    JSON.parse(
+      withoutPackages(
+        hidden,
+        `
       const { runCli } = require('./lib/cli.ts');
       const lines = [];
-      runCli(['schema', 'status', '--url', 'postgres://nobody@127.0.0.1:1/none'], {
+      runCli(['schema', 'status', '--url', '${url}'], {
         out: (l) => lines.push(l),
         err: (l) => lines.push(l),
       }).then((code) => console.log(JSON.stringify({ code, lines })));
       `,
-    );
-    expect(JSON.parse(line)).toEqual({
+      ),
+    ) as { code: number; lines: string[] };
+
+  it('the schema CLI on --url sqlite: names typeorm and the driver in one error', () => {
+    expect(cliWithout(['typeorm', 'better-sqlite3'], 'sqlite:/tmp/none.db')).toEqual({
       code: 2,
       lines: [
-        'nestjs-outbox: The nestjs-outbox schema CLI needs the optional packages "typeorm" and "pg", ' +
-          'which are not installed. Install them with: npm install typeorm pg',
+        'nestjs-outbox: The nestjs-outbox schema CLI needs the optional packages "typeorm" and "better-sqlite3", ' +
+          'which are not installed. Install them with: npm install typeorm better-sqlite3',
+      ],
+    });
+  });
+
+  it('the schema CLI on --url postgres:// needs only pg (no TypeORM)', () => {
+    expect(cliWithout(['typeorm', 'pg'], 'postgres://nobody@127.0.0.1:1/none')).toEqual({
+      code: 2,
+      lines: [
+        'nestjs-outbox: The nestjs-outbox schema CLI (--url postgres://) needs the optional package "pg", ' +
+          'which is not installed. Install it with: npm install pg',
       ],
     });
   });
