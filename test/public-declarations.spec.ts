@@ -70,7 +70,16 @@ function emitDeclarations(into: string): void {
     [
       join(root, 'node_modules', 'typescript', 'bin', 'tsc'),
       ...['-p', join(root, 'tsconfig.build.json'), '--emitDeclarationOnly'],
-      ...['--declarationMap', 'false', '--sourceMap', 'false', '--inlineSources', 'false', '--outDir', join(into, 'dist')],
+      ...[
+        '--declarationMap',
+        'false',
+        '--sourceMap',
+        'false',
+        '--inlineSources',
+        'false',
+        '--outDir',
+        join(into, 'dist'),
+      ],
     ],
     { cwd: root, stdio: 'pipe', timeout: 120_000 },
   );
