@@ -1,6 +1,5 @@
-import { refuseTypeOrmTx, requireOpenTransaction } from './caller-transaction-checks';
+import { requireOpenTransaction } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
-import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
 import {
   CallerTransaction,
@@ -12,48 +11,22 @@ import {
   SqlRows,
   SqlStatement,
 } from './sql-executor';
+import {
+  HOW_TO_TX,
+  isEndedTransactionError,
+  KyselyLike,
+  kyselyTransactionOf,
+  raw,
+  transactionBuilder,
+} from './kysely-shared';
 
-/** A compiled query as Kysely runs it (`CompiledQuery.raw(sql, parameters)`). */
-type KyselyCompiledQuery = object;
-
-/** Kysely's spelling of the isolation levels. */
-type KyselyIsolationLevel = Lowercase<SqlIsolationLevel>;
-
-/** The parts of a `Kysely` (root, connection or `Transaction`) the executor uses. */
-export interface KyselyLike {
-  readonly isTransaction: boolean;
-  executeQuery(query: KyselyCompiledQuery): Promise<{
-    rows: Array<Record<string, any>>;
-    numAffectedRows?: bigint;
-  }>;
-  getExecutor(): { adapter: object };
-  withoutPlugins(): KyselyLike;
-  transaction(): {
-    setIsolationLevel(level: KyselyIsolationLevel): ReturnType<KyselyLike['transaction']>;
-    execute<T>(fn: (trx: KyselyLike) => Promise<T>): Promise<T>;
-  };
-  connection(): { execute<T>(fn: (db: KyselyLike) => Promise<T>): Promise<T> };
-  /** `ControlledTransaction` (`db.startTransaction().execute()`) only. */
-  readonly isCommitted?: boolean;
-  readonly isRolledBack?: boolean;
-}
+export type { KyselyLike } from './kysely-shared';
 
 /** The parts of a `pg` `Pool` the listener needs (its connection options and Client class). */
 interface PgPoolLike {
   connect(): Promise<unknown>;
   options?: Record<string, unknown>;
   Client?: new (config: Record<string, unknown>) => unknown;
-}
-
-const HOW_TO_TX =
-  'Pass the trx of your Kysely transaction: await db.transaction().execute(async (trx) => { … ' +
-  'append(events, { tx: trx }) … }), or a db.startTransaction().execute() before its commit. ' +
-  'Or omit tx to let the outbox commit the event in its own transaction.';
-const KYSELY_TX = { client: 'Kysely', executorCall: 'kyselyExecutor(db)', howTo: HOW_TO_TX };
-
-function raw(statement: SqlStatement): KyselyCompiledQuery {
-  const { CompiledQuery } = require('kysely') as typeof import('kysely');
-  return CompiledQuery.raw(statement.text, statement.params as unknown[]);
 }
 
 class KyselyConnection implements SqlConnection {
@@ -68,13 +41,6 @@ class KyselyConnection implements SqlConnection {
       affected: result.numAffectedRows === undefined ? rows.length : Number(result.numAffectedRows),
     };
   }
-}
-
-export function transactionBuilder(db: KyselyLike, isolation: SqlIsolationLevel | undefined) {
-  const builder = db.transaction();
-  return isolation
-    ? builder.setIsolationLevel(isolation.toLowerCase() as KyselyIsolationLevel)
-    : builder;
 }
 
 /**
@@ -92,50 +58,6 @@ async function transactionStatus(trx: KyselyLike): Promise<'I' | 'T' | 'E'> {
     if (isEndedTransactionError(error)) return 'I';
     throw error;
   }
-}
-
-/** Kysely's refusal of a statement in a `Transaction` that committed or rolled back. */
-export function isEndedTransactionError(error: unknown): boolean {
-  return /Transaction is already (committed|rolled back)/.test(String((error as Error)?.message));
-}
-
-/**
- * `tx` as a Kysely `Transaction` of `db` (of any dialect), or the refusal that says what to pass:
- * not a Kysely object, a Kysely outside any transaction, another Kysely instance's transaction, or
- * a `ControlledTransaction` that committed or rolled back. Whether the server still holds the
- * transaction open is the dialect's own check.
- */
-export function kyselyTransactionOf(tx: unknown, db: KyselyLike): KyselyLike {
-  const t = tx as Record<string, unknown> | null;
-  // A Kysely instance has startTransaction() too; its own objects have getExecutor().
-  refuseTypeOrmTx(tx, KYSELY_TX, (own) => typeof own.getExecutor === 'function');
-  if (
-    typeof t !== 'object' ||
-    t === null ||
-    typeof t.executeQuery !== 'function' ||
-    typeof t.getExecutor !== 'function' ||
-    typeof t.isTransaction !== 'boolean'
-  ) {
-    throw new OutboxValidationError(
-      'options.tx',
-      `is not a Kysely Transaction, got ${describeValue(tx)}. ${HOW_TO_TX}`,
-    );
-  }
-  const trx = t as unknown as KyselyLike;
-  if (!trx.isTransaction) {
-    throw new OutboxValidationError(
-      'options.tx',
-      'is a Kysely instance outside any transaction (isTransaction is false: the root db, or a ' +
-        `db.connection()), so the event could be committed without your business write. ${HOW_TO_TX}`,
-    );
-  }
-  if (trx.getExecutor().adapter !== db.getExecutor().adapter) {
-    throw new OutboxValidationError(
-      'options.tx',
-      `is a transaction of another Kysely instance than the one given to kyselyExecutor(db): it may be on another database. ${HOW_TO_TX}`,
-    );
-  }
-  return trx;
 }
 
 /**

@@ -1,12 +1,13 @@
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
-import type { KyselyLike } from './kysely-executor';
 import {
+  HOW_TO_TX,
   isEndedTransactionError,
+  KyselyLike,
   kyselyTransactionOf,
   transactionBuilder,
-} from './kysely-executor';
+} from './kysely-shared';
 import { CoreConnection, Mysql2Connection, Mysql2Executor, poolOf } from './mysql2-executor';
 import {
   CallerTransaction,
@@ -19,10 +20,6 @@ import {
   SqlStatement,
 } from './sql-executor';
 
-const HOW_TO_TX =
-  'Pass the trx of your Kysely transaction: await db.transaction().execute(async (trx) => { … ' +
-  'append(events, { tx: trx }) … }), or a db.startTransaction().execute() before its commit. ' +
-  'Or omit tx to let the outbox commit the event in its own transaction.';
 const KYSELY_MYSQL_TX = {
   client: 'Kysely',
   executorCall: 'kyselyExecutor(db, { pool })',
