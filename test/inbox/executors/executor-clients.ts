@@ -3,9 +3,18 @@ import { drizzle, NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { Kysely, sql as kyselySql } from 'kysely';
 import { PoolClient } from 'pg';
 import { DataSource, EntityManager } from 'typeorm';
-import { drizzleExecutor, kyselyExecutor, pgExecutor, SqlExecutor } from '../../../lib/executors';
+import {
+  drizzleExecutor,
+  kyselyExecutor,
+  mikroOrmExecutor,
+  pgExecutor,
+  prismaExecutor,
+  SqlExecutor,
+} from '../../../lib/executors';
 import { TypeOrmExecutor } from '../../../lib/executors/typeorm-executor';
 import { openKysely } from '../../stores/sql/kysely-test-helpers';
+import { openOrm } from '../../stores/sql/mikro-orm-test-helpers';
+import { openPrisma } from '../../stores/sql/prisma-test-helpers';
 import { openPool } from '../../stores/sql/pg-test-helpers';
 import { openDataSource } from '../../stores/typeorm/typeorm-test-helpers';
 
@@ -14,7 +23,7 @@ import { openDataSource } from '../../stores/typeorm/typeorm-test-helpers';
  * transaction object (what `@InboxTx()` injects): the specs here run once per client.
  */
 export interface ExecutorClient {
-  name: 'node-postgres' | 'Drizzle' | 'Kysely' | 'TypeORM';
+  name: 'node-postgres' | 'Drizzle' | 'Kysely' | 'Prisma' | 'MikroORM' | 'TypeORM';
   executor: SqlExecutor;
   /** The object the app built the executor from (`ownsClient` says yes to it). */
   client: unknown;
@@ -70,6 +79,53 @@ export async function openExecutorClient(
         close: () => db.destroy(),
       };
     }
+    case 'Prisma': {
+      const pool = openPool(max);
+      const prisma = openPrisma(pool);
+      type RawClient = {
+        $queryRawUnsafe(text: string): Promise<Array<Record<string, any>>>;
+        $executeRawUnsafe(text: string): Promise<number>;
+      };
+      const run = async (on: RawClient, text: string) => {
+        if (/^\s*select/i.test(text)) return on.$queryRawUnsafe(text);
+        await on.$executeRawUnsafe(text);
+        return [];
+      };
+      return {
+        name,
+        executor: prismaExecutor(prisma),
+        client: prisma,
+        run: (tx, text) => run(tx as RawClient, text),
+        query: async (text) => (await pool.query(text)).rows,
+        close: async () => {
+          await prisma.$disconnect();
+          await pool.end();
+        },
+      };
+    }
+    case 'MikroORM': {
+      const prefix = `ixmk_${process.pid}_`;
+      const orm = await openOrm(prefix, max);
+      type Em = {
+        getConnection(): {
+          execute(text: string, params: unknown[], method: 'all', ctx?: unknown): Promise<any>;
+        };
+        getTransactionContext(): unknown;
+      };
+      const run = async (em: Em, text: string, ctx?: unknown) =>
+        (await em.getConnection().execute(text, [], 'all', ctx)) as Array<Record<string, any>>;
+      return {
+        name,
+        executor: mikroOrmExecutor(orm),
+        client: orm,
+        run: (tx, text) => run(tx as Em, text, (tx as Em).getTransactionContext()),
+        query: (text) => run(orm.em as unknown as Em, text),
+        close: async () => {
+          await run(orm.em as unknown as Em, `DROP TABLE IF EXISTS ${prefix}orders`);
+          await orm.close(true);
+        },
+      };
+    }
     case 'TypeORM': {
       const dataSource: DataSource = await openDataSource('postgres');
       return {
@@ -86,3 +142,6 @@ export async function openExecutorClient(
 
 /** The clients whose executors are not TypeORM (the new paths of `@Inbox()`). */
 export const SQL_CLIENTS: ExecutorClientName[] = ['node-postgres', 'Drizzle', 'Kysely'];
+
+/** Every non-TypeORM client on PostgreSQL, for the app spec of `@Inbox()`. */
+export const INBOX_APP_CLIENTS: ExecutorClientName[] = [...SQL_CLIENTS, 'Prisma', 'MikroORM'];

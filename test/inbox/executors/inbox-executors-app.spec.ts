@@ -18,10 +18,10 @@ import {
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
 import { describeWithService } from '../../support/services';
 import { uniquePrefix } from '../../stores/typeorm/typeorm-test-helpers';
-import { ExecutorClient, openExecutorClient, SQL_CLIENTS } from './executor-clients';
+import { ExecutorClient, INBOX_APP_CLIENTS, openExecutorClient } from './executor-clients';
 
 /**
- * `@Inbox()` over the 'sql' store's executor (node-postgres, Drizzle, Kysely): the consumer writes
+ * `@Inbox()` over the 'sql' store's executor (node-postgres, Drizzle, Kysely, Prisma, MikroORM): the consumer writes
  * through its client's transaction object (`@InboxTx()`, `InboxContext.tx`), which commits or
  * rolls back together with the inbox record, and an `append()` without tx joins it.
  */
@@ -104,7 +104,7 @@ async function until(check: () => boolean | Promise<boolean>, ms = 8_000): Promi
 }
 
 describeWithService('postgres', '@Inbox() through a non-TypeORM executor, in an app', () => {
-  describe.each(SQL_CLIENTS)('%s', (name) => {
+  describe.each(INBOX_APP_CLIENTS)('%s', (name) => {
     const prefix = uniquePrefix(`ixa${name.slice(0, 2).toLowerCase()}`);
     let app: INestApplication;
 
