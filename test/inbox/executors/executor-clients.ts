@@ -1,12 +1,14 @@
 import { sql as drizzleSql } from 'drizzle-orm';
 import { drizzle, NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { Kysely, sql as kyselySql } from 'kysely';
+import type { PoolConnection } from 'mysql2/promise';
 import { PoolClient } from 'pg';
 import { DataSource, EntityManager } from 'typeorm';
 import {
   drizzleExecutor,
   kyselyExecutor,
   mikroOrmExecutor,
+  mysql2Executor,
   pgExecutor,
   prismaExecutor,
   SqlExecutor,
@@ -14,6 +16,7 @@ import {
 import { TypeOrmExecutor } from '../../../lib/executors/typeorm-executor';
 import { openKysely } from '../../stores/sql/kysely-test-helpers';
 import { openOrm } from '../../stores/sql/mikro-orm-test-helpers';
+import { openMysqlPool } from '../../stores/sql/mysql2-test-helpers';
 import { openPrisma } from '../../stores/sql/prisma-test-helpers';
 import { openPool } from '../../stores/sql/pg-test-helpers';
 import { openDataSource } from '../../stores/typeorm/typeorm-test-helpers';
@@ -23,7 +26,7 @@ import { openDataSource } from '../../stores/typeorm/typeorm-test-helpers';
  * transaction object (what `@InboxTx()` injects): the specs here run once per client.
  */
 export interface ExecutorClient {
-  name: 'node-postgres' | 'Drizzle' | 'Kysely' | 'Prisma' | 'MikroORM' | 'TypeORM';
+  name: 'node-postgres' | 'Drizzle' | 'Kysely' | 'Prisma' | 'MikroORM' | 'mysql2' | 'TypeORM';
   executor: SqlExecutor;
   /** The object the app built the executor from (`ownsClient` says yes to it). */
   client: unknown;
@@ -124,6 +127,19 @@ export async function openExecutorClient(
           await run(orm.em as unknown as Em, `DROP TABLE IF EXISTS ${prefix}orders`);
           await orm.close(true);
         },
+      };
+    }
+    case 'mysql2': {
+      const pool = openMysqlPool(max);
+      const rows = (result: unknown) =>
+        (Array.isArray(result) ? result : []) as Array<Record<string, any>>;
+      return {
+        name,
+        executor: mysql2Executor(pool),
+        client: pool,
+        run: async (tx, text) => rows((await (tx as PoolConnection).query(text))[0]),
+        query: async (text) => rows((await pool.query(text))[0]),
+        close: () => pool.end(),
       };
     }
     case 'TypeORM': {
