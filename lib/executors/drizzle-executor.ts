@@ -3,6 +3,7 @@ import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
 import { drizzleMysqlExecutor } from './drizzle-mysql';
+import { PooledStatements } from './pooled-statements';
 import { PgClientLike, PgConnection, pgExecutor, transactionStatus } from './pg-executor';
 import {
   CallerTransaction,
@@ -11,8 +12,6 @@ import {
   SqlConnection,
   SqlExecutor,
   SqlIsolationLevel,
-  SqlRows,
-  SqlStatement,
 } from './sql-executor';
 
 const HOW_TO_TX =
@@ -89,33 +88,17 @@ function clientOf(tx: object): PgClientLike | undefined {
  * Drizzle's `tx` of `db.transaction(async (tx) => …)`, whose statements run on its `PoolClient`.
  * Drizzle has no commit hook: wake-ups are a NOTIFY inside the caller's transaction, as for pg.
  */
-class DrizzleExecutor implements SqlExecutor {
+class DrizzleExecutor extends PooledStatements implements SqlExecutor {
   readonly sqlExecutor = true;
   readonly client = 'Drizzle';
   readonly txOption = 'tx';
   readonly dialect = 'postgres';
-  private readonly pg: SqlExecutor;
 
   constructor(
     private readonly db: object,
     private readonly pool: PgPoolLike,
   ) {
-    this.pg = pgExecutor(pool);
-  }
-
-  query(statement: SqlStatement): Promise<SqlRows> {
-    return this.pg.query(statement);
-  }
-
-  connection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
-    return this.pg.connection(fn);
-  }
-
-  transaction<T>(
-    fn: (connection: SqlConnection) => Promise<T>,
-    options?: { isolation?: SqlIsolationLevel },
-  ): Promise<T> {
-    return this.pg.transaction(fn, options);
+    super(pgExecutor(pool));
   }
 
   /**
@@ -199,7 +182,7 @@ class DrizzleExecutor implements SqlExecutor {
 
   /** A new `pg` Client with the pool's connection options, as for `pgExecutor(pool)`. */
   listenerConnection(): ListenerConnection | null {
-    return this.pg.listenerConnection?.() ?? null;
+    return this.pooled.listenerConnection?.() ?? null;
   }
 }
 

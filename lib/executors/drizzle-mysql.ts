@@ -1,3 +1,4 @@
+import { PooledStatements } from './pooled-statements';
 import { refuseTypeOrmTx } from './caller-transaction-checks';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
@@ -10,8 +11,6 @@ import {
   SqlConnection,
   SqlExecutor,
   SqlIsolationLevel,
-  SqlRows,
-  SqlStatement,
 } from './sql-executor';
 
 const HOW_TO_TX =
@@ -53,7 +52,7 @@ function connectionUnder(tx: object) {
  * the mysql2 pool under the database (`db.$client`), exactly as with `mysql2Executor(pool)`; a
  * caller's transaction is Drizzle's `tx`, whose statements run on its `PoolConnection`.
  */
-class DrizzleMysqlExecutor implements SqlExecutor {
+class DrizzleMysqlExecutor extends PooledStatements<Mysql2Executor> implements SqlExecutor {
   readonly sqlExecutor = true;
   readonly client = 'Drizzle';
   readonly txOption = 'tx';
@@ -61,26 +60,13 @@ class DrizzleMysqlExecutor implements SqlExecutor {
 
   constructor(
     private readonly db: object,
-    private readonly mysql2: Mysql2Executor,
-  ) {}
+    mysql2: Mysql2Executor,
+  ) {
+    super(mysql2);
+  }
 
   serverFlavor(): Promise<MysqlServerFlavor> {
-    return this.mysql2.serverFlavor();
-  }
-
-  query(statement: SqlStatement): Promise<SqlRows> {
-    return this.mysql2.query(statement);
-  }
-
-  connection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
-    return this.mysql2.connection(fn);
-  }
-
-  transaction<T>(
-    fn: (connection: SqlConnection) => Promise<T>,
-    options?: { isolation?: SqlIsolationLevel },
-  ): Promise<T> {
-    return this.mysql2.transaction(fn, options);
+    return this.pooled.serverFlavor();
   }
 
   /** Drizzle's own `db.transaction()`, `tx` its `MySqlTransaction`. */
@@ -132,7 +118,7 @@ class DrizzleMysqlExecutor implements SqlExecutor {
           'drizzleExecutor(db) takes a transaction of the database it was given.',
       );
     }
-    return this.mysql2.callerTransaction(connection, DRIZZLE_MYSQL_TX);
+    return this.pooled.callerTransaction(connection, DRIZZLE_MYSQL_TX);
   }
 }
 

@@ -1,3 +1,4 @@
+import { PooledStatements } from './pooled-statements';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { assertInstalled } from '../optional-peers';
@@ -16,8 +17,6 @@ import {
   SqlConnection,
   SqlExecutor,
   SqlIsolationLevel,
-  SqlRows,
-  SqlStatement,
 } from './sql-executor';
 
 const KYSELY_MYSQL_TX = {
@@ -46,7 +45,7 @@ interface ConnectionList {
  * is open on MySQL and MariaDB alike (the status flags of the server's OK packet, where only
  * MariaDB has `@@in_transaction`).
  */
-class KyselyMysqlExecutor implements SqlExecutor {
+class KyselyMysqlExecutor extends PooledStatements<Mysql2Executor> implements SqlExecutor {
   readonly sqlExecutor = true;
   readonly client = 'Kysely';
   readonly txOption = 'tx';
@@ -56,26 +55,13 @@ class KyselyMysqlExecutor implements SqlExecutor {
     /** The app's db, plugins included: what `clientTransaction` hands the app. */
     private readonly appDb: KyselyLike,
     private readonly connections: { _allConnections?: unknown },
-    private readonly mysql2: Mysql2Executor,
-  ) {}
+    mysql2: Mysql2Executor,
+  ) {
+    super(mysql2);
+  }
 
   serverFlavor(): Promise<MysqlServerFlavor> {
-    return this.mysql2.serverFlavor();
-  }
-
-  query(statement: SqlStatement): Promise<SqlRows> {
-    return this.mysql2.query(statement);
-  }
-
-  connection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
-    return this.mysql2.connection(fn);
-  }
-
-  transaction<T>(
-    fn: (connection: SqlConnection) => Promise<T>,
-    options?: { isolation?: SqlIsolationLevel },
-  ): Promise<T> {
-    return this.mysql2.transaction(fn, options);
+    return this.pooled.serverFlavor();
   }
 
   /**
@@ -104,7 +90,7 @@ class KyselyMysqlExecutor implements SqlExecutor {
         `is a Kysely Transaction that already committed or rolled back. ${HOW_TO_TX}`,
       );
     }
-    return this.mysql2.callerTransaction(await this.connectionUnder(trx), KYSELY_MYSQL_TX);
+    return this.pooled.callerTransaction(await this.connectionUnder(trx), KYSELY_MYSQL_TX);
   }
 
   /** The mysql2 connection `trx` runs on. */

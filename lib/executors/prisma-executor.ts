@@ -1,3 +1,4 @@
+import { PooledStatements } from './pooled-statements';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { assertInstalled } from '../optional-peers';
 import { pgExecutor } from './pg-executor';
@@ -22,8 +23,6 @@ import {
   SqlConnection,
   SqlExecutor,
   SqlIsolationLevel,
-  SqlRows,
-  SqlStatement,
 } from './sql-executor';
 
 /** The parts of a `pg` `Pool` the executor needs. */
@@ -76,33 +75,17 @@ async function transactionStatus(tx: PrismaLike): Promise<'I' | 'T' | 'E'> {
  * callback; the store's statements in it go through that client's raw queries. Prisma has no
  * commit hook: wake-ups are a NOTIFY inside the caller's transaction, as for pg.
  */
-class PrismaExecutor implements SqlExecutor {
+class PrismaExecutor extends PooledStatements implements SqlExecutor {
   readonly sqlExecutor = true;
   readonly client = 'Prisma';
   readonly txOption = 'tx';
   readonly dialect = 'postgres';
-  private readonly pg: SqlExecutor;
 
   constructor(
     private readonly prisma: PrismaLike,
     private readonly pool: PgPoolLike,
   ) {
-    this.pg = pgExecutor(pool);
-  }
-
-  query(statement: SqlStatement): Promise<SqlRows> {
-    return this.pg.query(statement);
-  }
-
-  connection<T>(fn: (connection: SqlConnection) => Promise<T>): Promise<T> {
-    return this.pg.connection(fn);
-  }
-
-  transaction<T>(
-    fn: (connection: SqlConnection) => Promise<T>,
-    options?: { isolation?: SqlIsolationLevel },
-  ): Promise<T> {
-    return this.pg.transaction(fn, options);
+    super(pgExecutor(pool));
   }
 
   /** An interactive transaction of this client: `tx` is what the app writes through. */
@@ -133,7 +116,7 @@ class PrismaExecutor implements SqlExecutor {
 
   /** A new `pg` Client with the pool's connection options, as for `pgExecutor(pool)`. */
   listenerConnection(): ListenerConnection | null {
-    return this.pg.listenerConnection?.() ?? null;
+    return this.pooled.listenerConnection?.() ?? null;
   }
 }
 
