@@ -9,7 +9,7 @@ import {
 import { Mysql2Connection, requireMysqlOpenTransaction } from './mysql2-executor';
 import {
   CallerTransaction,
-  MysqlServerFlavor,
+  serverFlavorOnce,
   SqlConnection,
   SqlExecutor,
   SqlIsolationLevel,
@@ -81,7 +81,6 @@ class MikroOrmMysqlExecutor implements SqlExecutor {
   readonly client = 'MikroORM';
   readonly txOption = 'tx';
   readonly dialect = 'mysql';
-  private flavor: Promise<MysqlServerFlavor> | undefined;
 
   constructor(
     private readonly orm: unknown,
@@ -92,17 +91,8 @@ class MikroOrmMysqlExecutor implements SqlExecutor {
     return this.em.getConnection('write').getKnex().client as KnexClientLike<MariadbConnection>;
   }
 
-  /** From `VERSION()`, once: MikroORM's MariaDB driver also talks to MySQL servers. */
-  serverFlavor(): Promise<MysqlServerFlavor> {
-    this.flavor ??= this.query({ text: 'SELECT VERSION() AS version', params: [] }).then(
-      ({ rows }) => (/mariadb/i.test(String(rows[0]?.version)) ? 'mariadb' : 'mysql'),
-      (error: unknown) => {
-        this.flavor = undefined;
-        throw error;
-      },
-    );
-    return this.flavor;
-  }
+  /** From `VERSION()`, once (see `serverFlavorOnce`). */
+  readonly serverFlavor = serverFlavorOnce((statement) => this.query(statement));
 
   query(statement: SqlStatement) {
     return this.connection((connection) => connection.query(statement));

@@ -5,7 +5,7 @@ import { assertInstalled } from '../optional-peers';
 import {
   CallerTransaction,
   describeValue,
-  MysqlServerFlavor,
+  serverFlavorOnce,
   SqlConnection,
   SqlExecutor,
   SqlIsolationLevel,
@@ -131,7 +131,6 @@ export class Mysql2Executor implements SqlExecutor {
   readonly client = 'mysql2';
   readonly txOption = 'tx';
   readonly dialect = 'mysql';
-  private flavor: Promise<MysqlServerFlavor> | undefined;
 
   /**
    * @param given the pool the app passed (promise or callback API)
@@ -148,17 +147,8 @@ export class Mysql2Executor implements SqlExecutor {
     );
   }
 
-  /** From `VERSION()`, once (`10.11.6-MariaDB` names MariaDB; MySQL's does not). */
-  serverFlavor(): Promise<MysqlServerFlavor> {
-    this.flavor ??= this.query({ text: 'SELECT VERSION() AS version', params: [] }).then(
-      ({ rows }) => (/mariadb/i.test(String(rows[0]?.version)) ? 'mariadb' : 'mysql'),
-      (error: unknown) => {
-        this.flavor = undefined;
-        throw error;
-      },
-    );
-    return this.flavor;
-  }
+  /** From `VERSION()`, once (see `serverFlavorOnce`). */
+  readonly serverFlavor = serverFlavorOnce((statement) => this.query(statement));
 
   query(statement: SqlStatement): Promise<SqlRows> {
     return this.connection((c) => c.query(statement));

@@ -10,7 +10,7 @@ import {
 } from './prisma-shared';
 import {
   CallerTransaction,
-  MysqlServerFlavor,
+  serverFlavorOnce,
   SqlConnection,
   SqlExecutor,
   SqlIsolationLevel,
@@ -126,7 +126,6 @@ export class PrismaMariaDbExecutor implements SqlExecutor {
   private adapter: Promise<MariaDbAdapterLike> | undefined;
   private busy = 0;
   private idle: NodeJS.Timeout | undefined;
-  private flavor: Promise<MysqlServerFlavor> | undefined;
 
   constructor(
     private readonly prisma: PrismaLike,
@@ -170,17 +169,8 @@ export class PrismaMariaDbExecutor implements SqlExecutor {
     }
   }
 
-  /** From `VERSION()`, once (`10.11.6-MariaDB` names MariaDB; MySQL's does not). */
-  serverFlavor(): Promise<MysqlServerFlavor> {
-    this.flavor ??= this.query({ text: 'SELECT VERSION() AS version', params: [] }).then(
-      ({ rows }) => (/mariadb/i.test(String(rows[0]?.version)) ? 'mariadb' : 'mysql'),
-      (error: unknown) => {
-        this.flavor = undefined;
-        throw error;
-      },
-    );
-    return this.flavor;
-  }
+  /** From `VERSION()`, once (see `serverFlavorOnce`). */
+  readonly serverFlavor = serverFlavorOnce((statement) => this.query(statement));
 
   query(statement: SqlStatement): Promise<SqlRows> {
     return this.connection((c) => c.query(statement));

@@ -154,3 +154,22 @@ export function describeValue(value: unknown): string {
   const name = (value as object).constructor?.name;
   return name && name !== 'Object' ? `an instance of ${name}` : 'a plain object';
 }
+
+/**
+ * `serverFlavor()` of a MySQL-family executor: `VERSION()` asked once through `query` (`10.11.6-
+ * MariaDB` names MariaDB; MySQL's does not), kept for the executor's life; a failed ask is asked
+ * again next time.
+ */
+export function serverFlavorOnce(
+  query: (statement: SqlStatement) => Promise<SqlRows>,
+): () => Promise<MysqlServerFlavor> {
+  let flavor: Promise<MysqlServerFlavor> | undefined;
+  return () =>
+    (flavor ??= query({ text: 'SELECT VERSION() AS version', params: [] }).then(
+      ({ rows }) => (/mariadb/i.test(String(rows[0]?.version)) ? 'mariadb' : 'mysql'),
+      (error: unknown) => {
+        flavor = undefined;
+        throw error;
+      },
+    ));
+}
