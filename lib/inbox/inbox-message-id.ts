@@ -2,6 +2,7 @@ import type { ExecutionContext } from '@nestjs/common';
 import { OUTBOX_CONTEXT_TYPE } from '../outbox.constants';
 import type { OutboxEvent } from '../interfaces/outbox-event.interface';
 import type { OutboxHandlerContext } from '../interfaces/outbox-handler.interface';
+import { binaryCloudEventId } from './inbox-cloud-event-id';
 import { IDEMPOTENCY_KEY_HEADER, INBOX_KEY_MAX_LENGTH } from './inbox.constants';
 import { InboxOptions } from './inbox-options.interface';
 
@@ -56,6 +57,13 @@ export function resolveMessageId(
   if (type === OUTBOX_CONTEXT_TYPE && options.messageId === undefined) {
     const event = context.getArgByIndex(0) as OutboxEvent | undefined;
     return normalizeKey(event?.id, 'the event id');
+  }
+  if (type === 'rpc' && options.messageId === undefined) {
+    // A binary-mode CloudEvent's id is a header: its payload is the event's data, whose own `id`
+    // (an order id, say) is not the message's. Structured mode falls through to the body's `id`.
+    const cloudEvent = binaryCloudEventId(context.switchToRpc().getContext());
+    if (cloudEvent && 'fault' in cloudEvent) return new MissingMessageId(cloudEvent.fault);
+    if (cloudEvent) return normalizeKey(cloudEvent.value, `the ${cloudEvent.what}`);
   }
   const source =
     options.messageId ??

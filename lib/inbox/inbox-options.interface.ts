@@ -84,7 +84,8 @@ export type InboxMessageIdSource = { header: string } | { path: string } | Inbox
 export interface InboxOptions {
   /**
    * Where the message id comes from. Outbox handlers always use the event id.
-   * @default `{ header: 'Idempotency-Key' }` for HTTP, `{ path: 'id' }` for microservices
+   * @default `{ header: 'Idempotency-Key' }` for HTTP, `{ path: 'id' }` for microservices, and
+   * for a binary-mode CloudEvent its `id` attribute header (`ce-id`, `cloudEvents_id`, …)
    */
   messageId?: InboxMessageIdSource;
   /**
