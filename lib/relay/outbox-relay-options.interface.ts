@@ -42,12 +42,54 @@ export interface OutboxRelayOptions {
   publishTimeoutMs?: number;
   /** MQTT quality of service; 0 is refused (it has no acknowledgement). @default 1 */
   mqttQos?: 1 | 2;
+  /**
+   * Send each event as a CloudEvents 1.0 event instead of the relay's own envelope, per the
+   * AMQP, NATS and MQTT protocol bindings (RabbitMQ, NATS and MQTT clients only; see
+   * docs/relay-and-scaling.md, "CloudEvents"). @default the envelope ({@link OutboxRelayMessage})
+   */
+  cloudEvents?: OutboxRelayCloudEventsOptions;
   /** @default dispatcher.maxAttempts */
   maxAttempts?: number;
   /** Merged over dispatcher.backoff. */
   backoff?: BackoffOptions;
   /** Handler timeout. @default dispatcher.handlerTimeoutMs */
   timeoutMs?: number;
+}
+
+/** `OutboxRelayModule.register({ cloudEvents })`: how events go out as CloudEvents. */
+export interface OutboxRelayCloudEventsOptions {
+  /**
+   * The CloudEvents `source` of every event: a URI-reference naming the producing context, e.g.
+   * `'/orders-service'` or `'urn:example:orders'` (`source` + `id` identify an event). Required.
+   */
+  source: string;
+  /**
+   * `'structured'`: the body is the whole event as JSON (`application/cloudevents+json`).
+   * `'binary'`: the body is the payload (`application/json`), the attributes are transport headers
+   * (AMQP `cloudEvents_` application properties, NATS `ce-` headers, MQTT 5 user properties;
+   * MQTT 3.1.1 has no binary mode). @default 'structured'
+   */
+  mode?: 'structured' | 'binary';
+}
+
+/**
+ * What a CloudEvents relay sends: in structured mode the body, in binary mode the attributes
+ * (as headers) around the payload. `id` is the event id, `subject` the event key.
+ */
+export interface OutboxCloudEvent<TData = unknown> {
+  specversion: '1.0';
+  id: string;
+  source: string;
+  type: string;
+  /** RFC 3339: the event's `occurredAt`. */
+  time: string;
+  /** The event key; absent when the event has none. */
+  subject?: string;
+  datacontenttype: 'application/json';
+  data: TData;
+  /** W3C trace context (the CloudEvents distributed tracing extension), from the event's headers. */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /**

@@ -1,7 +1,11 @@
 import { DynamicModule, Module } from '@nestjs/common';
-import type { OutboxRelayOptions } from './outbox-relay-options.interface';
+import type {
+  OutboxRelayCloudEventsOptions,
+  OutboxRelayOptions,
+} from './outbox-relay-options.interface';
 import { OutboxRelayOptionsError } from './outbox-relay-options.error';
 import { createRelayClass, getOutboxRelayToken } from './outbox-relay';
+import { uriReferenceFault } from './relay-cloud-event';
 import { unstorableText } from '../outbox-validation';
 import { OptionKeys, refuseUnknownKeys } from '../option-fields';
 
@@ -36,10 +40,16 @@ const RELAY_KEYS = {
   pattern: true,
   publishTimeoutMs: true,
   mqttQos: true,
+  cloudEvents: true,
   maxAttempts: true,
   backoff: true,
   timeoutMs: true,
 } satisfies OptionKeys<OutboxRelayOptions>;
+
+const CLOUD_EVENTS_KEYS = {
+  source: true,
+  mode: true,
+} satisfies OptionKeys<OutboxRelayCloudEventsOptions>;
 
 function validateRelayOptions(options: OutboxRelayOptions): void {
   if (typeof options !== 'object' || options === null) {
@@ -89,6 +99,43 @@ function validateRelayOptions(options: OutboxRelayOptions): void {
     throw new OutboxRelayOptionsError(
       'mqttQos',
       `expected 1 or 2 (QoS 0 has no acknowledgement), got ${JSON.stringify(mqttQos)}`,
+    );
+  }
+  if (options.cloudEvents !== undefined) validateCloudEvents(options.cloudEvents);
+}
+
+function validateCloudEvents(cloudEvents: OutboxRelayCloudEventsOptions): void {
+  if (typeof cloudEvents !== 'object' || cloudEvents === null || Array.isArray(cloudEvents)) {
+    throw new OutboxRelayOptionsError(
+      'cloudEvents',
+      `expected { source, mode? }, got ${JSON.stringify(cloudEvents)}`,
+    );
+  }
+  refuseUnknownKeys(
+    'cloudEvents',
+    cloudEvents,
+    CLOUD_EVENTS_KEYS,
+    (f, r) => new OutboxRelayOptionsError(f, r),
+  );
+  const { source, mode } = cloudEvents;
+  if (typeof source !== 'string' || source.length === 0) {
+    throw new OutboxRelayOptionsError(
+      'cloudEvents.source',
+      `expected a non-empty URI-reference naming the producer (e.g. '/orders-service' or ` +
+        `'urn:example:orders'), got ${JSON.stringify(source)}`,
+    );
+  }
+  const fault = uriReferenceFault(source);
+  if (fault) {
+    throw new OutboxRelayOptionsError(
+      'cloudEvents.source',
+      `${JSON.stringify(source)} is not a URI-reference: it ${fault}`,
+    );
+  }
+  if (mode !== undefined && mode !== 'structured' && mode !== 'binary') {
+    throw new OutboxRelayOptionsError(
+      'cloudEvents.mode',
+      `expected 'structured' or 'binary', got ${JSON.stringify(mode)}`,
     );
   }
 }

@@ -18,7 +18,6 @@ import type {
   OutboxRelayStats,
   RelayTransport,
 } from './outbox-relay-options.interface';
-import { relayHeaders, relayMessage } from './relay-message';
 import { createPublisher, RelayPublisher } from './relay-publishers';
 import { RelayPublishTimeoutError } from './relay-publish-timeout.error';
 
@@ -90,6 +89,7 @@ export abstract class OutboxRelay implements OnModuleInit, OnApplicationShutdown
     }
     const { transport, publish } = createPublisher(microservices, this.client, {
       mqttQos: this.options.mqttQos ?? 1,
+      cloudEvents: this.options.cloudEvents,
     });
     this.kind = transport;
     this.publisher = publish;
@@ -117,8 +117,6 @@ export abstract class OutboxRelay implements OnModuleInit, OnApplicationShutdown
       const { duplicate } = await withTimeout(
         this.publisher!({
           pattern: this.options.pattern ? this.options.pattern(event) : event.type,
-          message: relayMessage(event),
-          headers: relayHeaders(event),
           event,
           timeoutMs,
         }),

@@ -84,6 +84,13 @@ describe('OutboxRelayModule', () => {
     ['pattern', { pattern: 'p' }],
     ['publishTimeoutMs', { publishTimeoutMs: 0 }],
     ['mqttQos', { mqttQos: 0 }],
+    ['cloudEvents', { cloudEvents: true }],
+    ['cloudEvents.source', { cloudEvents: {} }],
+    ['cloudEvents.source', { cloudEvents: { source: '' } }],
+    ['cloudEvents.source', { cloudEvents: { source: 'orders service' } }],
+    ['cloudEvents.source', { cloudEvents: { source: '/orders/%zz' } }],
+    ['cloudEvents.mode', { cloudEvents: { source: '/orders', mode: 'batch' } }],
+    ['cloudEvents.sources', { cloudEvents: { sources: '/orders' } }],
   ] as [string, object][])('refuses a bad %s (%j), naming it', (field, bad) => {
     const options = { name: 'r', client: 'BROKER', types: 'a.b', ...bad } as OutboxRelayOptions;
     expect(() => OutboxRelayModule.register(options)).toThrow(OutboxRelayOptionsError);
@@ -158,6 +165,52 @@ describe('OutboxRelayModule', () => {
     } finally {
       await app.close();
     }
+  });
+
+  it('CloudEvents on a transport without a binding here (Kafka, Redis, TCP, custom) fail at bootstrap, naming the option', async () => {
+    const store = new MemoryOutboxStore();
+    @Module({
+      imports: [
+        OutboxModule.forRoot({ store: { type: 'custom', store }, dispatcher: { enabled: false } }),
+        OutboxRelayModule.register({
+          name: 'r',
+          client: 'BROKER',
+          types: 'a.b',
+          cloudEvents: { source: '/orders' },
+        }),
+      ],
+      providers: [{ provide: 'BROKER', useValue: new RecordingClient() }],
+    })
+    class App {}
+    const app = (
+      await Test.createTestingModule({ imports: [App] }).compile()
+    ).createNestApplication({ logger: false });
+    await expect(app.init()).rejects.toThrow(
+      /"cloudEvents": .*RabbitMQ, NATS or MQTT.*RecordingClient/,
+    );
+    await app.close();
+  });
+
+  it('binary CloudEvents on an MQTT 3.1.1 client fail at bootstrap: the binding has no binary mode there', async () => {
+    @Module({
+      imports: [
+        OutboxModule.forRoot({ store: { type: 'memory' }, dispatcher: { enabled: false } }),
+        OutboxRelayModule.register({
+          name: 'r',
+          client: { transport: Transport.MQTT, options: { url: 'mqtt://127.0.0.1:1' } },
+          types: 'a.b',
+          cloudEvents: { source: '/orders', mode: 'binary' },
+        }),
+      ],
+    })
+    class App {}
+    const app = (
+      await Test.createTestingModule({ imports: [App] }).compile()
+    ).createNestApplication({ logger: false });
+    await expect(app.init()).rejects.toThrow(
+      /"cloudEvents.mode": .*MQTT 3.1.1.*protocolVersion: 5/,
+    );
+    await app.close();
   });
 
   it('a publish not confirmed within publishTimeoutMs fails its attempt with RelayPublishTimeoutError and is retried', async () => {
