@@ -37,6 +37,7 @@ import {
 } from 'nestjs-outbox';
 import type { OutboxRelayOptions } from 'nestjs-outbox';
 import { describeWithService, SERVICES, ServiceName } from '../support/services';
+import { TcpProxy } from '../support/tcp-proxy';
 import {
   createEffectTable,
   inboxTable,
@@ -148,25 +149,35 @@ function cloudEventsSuite(broker: Broker, mode: Mode): void {
   let effects: Awaited<ReturnType<typeof createEffectTable>>;
   let consumer: INestApplication;
   let producer: INestApplication;
+  let proxy: TcpProxy;
   const store = new MemoryOutboxStore();
   const received = new Map<string, Received[]>();
   const processedIds: string[] = [];
   const duplicateIds: string[] = [];
 
-  const clientOptions = (): OutboxRelayOptions['client'] =>
+  // The relay reaches the broker through a proxy the outage test cuts.
+  const clientOptions = (port: number): OutboxRelayOptions['client'] =>
     broker === 'rabbitmq'
       ? {
           transport: Transport.RMQ,
-          options: { urls: [`amqp://guest:guest@127.0.0.1:${SERVICES.rabbitmq.port}`], queue },
+          options: {
+            urls: [`amqp://guest:guest@127.0.0.1:${port}`],
+            queue,
+            socketOptions: { reconnectTimeInSeconds: 0.3, heartbeatIntervalInSeconds: 1 },
+          },
         }
       : broker === 'nats'
         ? {
             transport: Transport.NATS,
-            options: { servers: [`nats://127.0.0.1:${SERVICES.nats.port}`] },
+            options: {
+              servers: [`nats://127.0.0.1:${port}`],
+              maxReconnectAttempts: -1,
+              reconnectTimeWait: 200,
+            },
           }
         : {
             transport: Transport.MQTT,
-            options: { url: `mqtt://127.0.0.1:${SERVICES.mqtt.port}`, protocolVersion: 5 },
+            options: { url: `mqtt://127.0.0.1:${port}`, protocolVersion: 5, reconnectPeriod: 200 },
           };
 
   const serverOptions = (): MicroserviceOptions => {
@@ -226,6 +237,7 @@ function cloudEventsSuite(broker: Broker, mode: Mode): void {
   beforeAll(async () => {
     dataSource = await openInboxDataSource('postgres');
     effects = await createEffectTable(dataSource, `${prefix}effects`);
+    proxy = await TcpProxy.start(SERVICES[broker]);
     if (broker === 'nats') {
       const nc = await natsConnect({ servers: `nats://127.0.0.1:${SERVICES.nats.port}` });
       await (
@@ -266,7 +278,8 @@ function cloudEventsSuite(broker: Broker, mode: Mode): void {
         }),
         OutboxRelayModule.register({
           name: 'ce',
-          client: clientOptions(),
+          client: clientOptions(proxy.port),
+          publishTimeoutMs: 1_500,
           types: type,
           pattern: () => pattern,
           cloudEvents: { source: SOURCE, mode },
@@ -285,6 +298,7 @@ function cloudEventsSuite(broker: Broker, mode: Mode): void {
   afterAll(async () => {
     await producer?.close();
     await consumer?.close();
+    await proxy?.close();
     if (broker === 'nats') {
       const nc = await natsConnect({ servers: `nats://127.0.0.1:${SERVICES.nats.port}` });
       await (await nc.jetstreamManager()).streams.delete(`ce-${run}`).catch(() => undefined);
@@ -360,6 +374,25 @@ function cloudEventsSuite(broker: Broker, mode: Mode): void {
     expect(await effects.count(event.id)).toBe(1);
     expect(processedIds.filter((id) => id === event.id)).toHaveLength(1);
   }, 40_000);
+
+  it(`a broker outage (${mode} mode): publishes fail and are retried, and after recovery each event arrives and is applied once`, async () => {
+    const relay = producer.get<OutboxRelay>(getOutboxRelayToken('ce'));
+    const before = relay.stats();
+    proxy.disconnect();
+    const events = await producer
+      .get(OutboxService)
+      .append(Array.from({ length: 5 }, (_, n) => ({ type, key: `k${n % 2}`, payload: { n } })));
+    await until(() => relay.stats().failed >= before.failed + 2, 20_000, 'failed publishes');
+    expect(relay.stats().published).toBe(before.published);
+    proxy.restore();
+    await until(
+      () => events.every((e) => processedIds.includes(e.id)),
+      40_000,
+      'every event applied after recovery',
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    for (const event of events) expect(await effects.count(event.id)).toBe(1);
+  }, 90_000);
 }
 
 for (const [broker, service] of [
