@@ -1,0 +1,4 @@
+export { OutboxCqrsModule } from './outbox-cqrs.module';
+export type { OutboxCqrsModuleOptions } from './outbox-cqrs.options';
+export { OutboxedEvent, EVENT_VERSION_HEADER } from './outboxed-event.decorator';
+export type { OutboxedEventOptions } from './outboxed-event.decorator';
