@@ -42,32 +42,32 @@ export interface OutboxedEventSpec {
  */
 export function OutboxedEvent(options: OutboxedEventOptions = {}): ClassDecorator {
   return (target) => {
-    const source = `@OutboxedEvent on ${target.name}`;
+    const field = (name: string) => `@OutboxedEvent ${name} on ${target.name}`;
     if (typeof options !== 'object' || options === null) {
       throw new OutboxOptionsError(
-        source,
+        field('options'),
         `expected an options object, got ${JSON.stringify(options)}`,
       );
     }
     const { type, version, key, fromPayload } = options;
     if (type !== undefined && (typeof type !== 'string' || !TYPE_PATTERN.test(type))) {
       throw new OutboxOptionsError(
-        `${source}: type`,
+        field('type'),
         `${JSON.stringify(type)} is not 1–255 characters of [A-Za-z0-9._:-]`,
       );
     }
     if (version !== undefined && (!Number.isInteger(version) || version < 1)) {
       throw new OutboxOptionsError(
-        `${source}: version`,
+        field('version'),
         `expected an integer ≥ 1, got ${JSON.stringify(version)}`,
       );
     }
-    for (const [field, value] of [
+    for (const [name, value] of [
       ['key', key],
       ['fromPayload', fromPayload],
     ] as const) {
       if (value !== undefined && typeof value !== 'function') {
-        throw new OutboxOptionsError(`${source}: ${field}`, 'expected a function');
+        throw new OutboxOptionsError(field(name), 'expected a function');
       }
     }
     Reflect.defineMetadata(OUTBOXED_EVENT_METADATA, options, target);
