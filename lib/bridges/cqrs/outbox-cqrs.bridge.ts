@@ -6,6 +6,7 @@ import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import type { OutboxEvent, OutboxEventInput } from '../../interfaces/outbox-event.interface';
 import { OutboxHandlerRegistry } from '../../outbox-handler.registry';
 import { OutboxService } from '../../outbox.service';
+import { OutboxMessages } from '../../outbox.messages';
 import { assertInstalled } from '../../optional-peers';
 import { OUTBOX_CQRS_OPTIONS, OutboxCqrsModuleOptions } from './outbox-cqrs.options';
 import { OutboxedEvents, OutboxEventPublisher } from './outbox-event.publisher';
@@ -84,7 +85,10 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
       // A held append fails the commit instead; an unawaited one must not crash the process.
       if (!held)
         this.logger.error(
-          `events ${inputs.map((i) => i.type).join(', ')} were not appended: ${String(error)}`,
+          OutboxMessages.bridgeAppendFailed(
+            inputs.map((i) => i.type),
+            error,
+          ),
         );
     });
     return appended;
