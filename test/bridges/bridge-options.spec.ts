@@ -2,7 +2,13 @@ import { Injectable } from '@nestjs/common';
 import { CqrsModule, EventsHandler, IEventHandler } from '@nestjs/cqrs';
 import { OnEvent } from '@nestjs/event-emitter';
 import { Test } from '@nestjs/testing';
-import { OutboxCqrsModule, OutboxedEvent, OutboxListener, OutboxModule } from 'nestjs-outbox';
+import {
+  OutboxCqrsModule,
+  OutboxedEvent,
+  OutboxedHandler,
+  OutboxListener,
+  OutboxModule,
+} from 'nestjs-outbox';
 
 async function boot(providers: Function[], cqrs = false): Promise<void> {
   const moduleRef = await Test.createTestingModule({
@@ -53,6 +59,19 @@ describe('bridge options: bad input names the field', () => {
     }
     await expect(boot([Handler], true)).rejects.toThrow(
       'used by both OrderPlaced and OrderPlacedV2; give one of them another type',
+    );
+  });
+
+  it('@OutboxedHandler options are checked at bootstrap', async () => {
+    @OutboxedEvent({ type: 'order.paid' })
+    class OrderPaid {}
+    @EventsHandler(OrderPaid)
+    @OutboxedHandler({ maxAttempts: 0 })
+    class Handler implements IEventHandler {
+      handle(): void {}
+    }
+    await expect(boot([Handler], true)).rejects.toThrow(
+      '"@OutboxHandler maxAttempts on Handler.handle": expected an integer ≥ 1, got 0',
     );
   });
 

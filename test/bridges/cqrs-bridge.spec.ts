@@ -22,6 +22,7 @@ import {
   OutboxCqrsModule,
   OutboxDispatcher,
   OutboxedEvent,
+  OutboxedHandler,
   OutboxModule,
   OutboxStore,
 } from 'nestjs-outbox';
@@ -78,6 +79,7 @@ class Mailer implements IEventHandler<OrderPlaced> {
 }
 
 @EventsHandler(OrderPlaced)
+@OutboxedHandler({ name: 'auditor', maxAttempts: 3 })
 class Auditor implements IEventHandler<OrderPlaced> {
   handle(event: OrderPlaced): void {
     attempts.set(event.orderId, (attempts.get(event.orderId) ?? 0) + 1);
@@ -160,7 +162,6 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
             store: { type: 'typeorm', dataSourceToken: getDataSourceToken(), tablePrefix: prefix },
             dispatcher: {
               enabled: false,
-              maxAttempts: 3,
               backoff: { initialMs: 10, maxMs: 10, jitter: 0 },
             },
           }),
@@ -239,8 +240,8 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
       expect(mailed[0]).toBeInstanceOf(OrderPlaced);
       expect(mailed[0].describe()).toBe('ok-1=42');
       expect(app.get(OutboxHandlerRegistry).handlerNamesFor('order.placed').sort()).toEqual([
-        'Auditor.handle',
         'Mailer.handle',
+        'auditor',
       ]);
     });
 
@@ -268,7 +269,7 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
         }, 10_000),
       ).toBe(true);
       const [letter] = await dead();
-      expect(letter.handler).toBe('Auditor.handle');
+      expect(letter.handler).toBe('auditor'); // @OutboxedHandler's name and maxAttempts
       expect(letter.type).toBe('order.placed');
       expect(letter.headers['event-version']).toBe('2');
       expect(letter.attempts).toBe(3);

@@ -8,6 +8,11 @@ import { OutboxHandlerRegistry } from '../../outbox-handler.registry';
 import { OutboxService } from '../../outbox.service';
 import { OutboxMessages } from '../../outbox.messages';
 import { assertInstalled } from '../../optional-peers';
+import type { ResolvedOutboxOptions } from '../../interfaces/outbox-module-options.interface';
+import { OUTBOX_RESOLVED_OPTIONS } from '../../outbox.constants';
+import { mergeOptions } from '../../outbox.explorer';
+import { resolveBackoff } from '../../outbox-options';
+import { OUTBOXED_HANDLER_METADATA, OutboxedHandlerOptions } from './outboxed-handler.decorator';
 import { OUTBOX_CQRS_OPTIONS, OutboxCqrsModuleOptions } from './outbox-cqrs.options';
 import { OutboxedEvents, OutboxEventPublisher } from './outbox-event.publisher';
 import {
@@ -50,7 +55,11 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
       'OutboxModule.forRoot()',
     );
     const bus = this.get(cqrs.EventBus, 'CqrsModule.forRoot()') as EventBus;
-    this.registerHandlers(registry);
+    const resolved = this.get<ResolvedOutboxOptions>(
+      OUTBOX_RESOLVED_OPTIONS,
+      'OutboxModule.forRoot()',
+    );
+    this.registerHandlers(registry, resolved);
     if (!(bus.publisher instanceof OutboxEventPublisher)) {
       bus.publisher = new OutboxEventPublisher(bus.publisher, this);
     }
@@ -105,7 +114,7 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
     return typeof id === 'string' || typeof id === 'number' ? String(id) : undefined;
   }
 
-  private registerHandlers(registry: OutboxHandlerRegistry): void {
+  private registerHandlers(registry: OutboxHandlerRegistry, resolved: ResolvedOutboxOptions): void {
     for (const wrapper of this.discovery.getProviders()) {
       const metatype = wrapper.metatype as Function | null | undefined;
       if (typeof metatype !== 'function') continue;
@@ -128,10 +137,22 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
       }
       for (const spec of specs) this.remember(spec);
       const handler = wrapper.instance as IEventHandler;
+      const options = handlerOptions(metatype, source);
       registry.register({
-        name: source,
+        name: options.name ?? source,
         types: [...new Set(specs.map((s) => s.type))],
         source,
+        maxAttempts: options.maxAttempts,
+        backoff:
+          options.backoff === undefined
+            ? undefined
+            : resolveBackoff(
+                `@OutboxedHandler backoff on ${metatype.name}`,
+                options.backoff,
+                resolved.dispatcher.backoff,
+              ),
+        timeoutMs: options.timeoutMs,
+        retryIf: options.retryIf,
         invoke: async (event: OutboxEvent) => handler.handle(this.instanceOf(event)),
       });
     }
@@ -156,14 +177,31 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
     return spec.fromPayload(event.payload, Number.isInteger(version) ? version : 1);
   }
 
-  private get<T>(token: Function, module: string): T {
+  private get<T>(token: Function | symbol, module: string): T {
     try {
       return this.moduleRef.get(token as never, { strict: false }) as T;
     } catch {
+      const name = typeof token === 'symbol' ? token.description : token.name;
       throw new OutboxOptionsError(
         'OutboxCqrsModule',
-        `needs ${(token as { name: string }).name}: import ${module} in the application`,
+        `needs ${name}: import ${module} in the application`,
       );
     }
   }
+}
+
+/** The validated `@OutboxedHandler()` options of an `@EventsHandler` class, or none. */
+function handlerOptions(metatype: Function, source: string): OutboxedHandlerOptions {
+  const options: OutboxedHandlerOptions | undefined = Reflect.getOwnMetadata(
+    OUTBOXED_HANDLER_METADATA,
+    metatype,
+  );
+  if (options === undefined) return {};
+  if (options && typeof options === 'object' && 'idempotency' in options) {
+    throw new OutboxOptionsError(
+      `@OutboxedHandler idempotency on ${metatype.name}`,
+      'not supported on @EventsHandler classes; use @OutboxHandler for duplicate suppression',
+    );
+  }
+  return mergeOptions(source, [options]);
 }
