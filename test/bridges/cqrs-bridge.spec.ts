@@ -10,7 +10,12 @@ import {
   EventsHandler,
   IEventHandler,
 } from '@nestjs/cqrs';
-import { ClsPluginTransactional, Transactional, TransactionHost } from '@nestjs-cls/transactional';
+import {
+  ClsPluginTransactional,
+  Propagation,
+  Transactional,
+  TransactionHost,
+} from '@nestjs-cls/transactional';
 import { TransactionalAdapterTypeOrm } from '@nestjs-cls/transactional-adapter-typeorm';
 import { ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
@@ -133,6 +138,18 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
         throw new Error('rolled back after commit()');
       }
 
+      /** commit() inside a nested (savepoint) transaction, then the outer one ends. */
+      @Transactional()
+      async placeNested(id: string, failOuter: boolean): Promise<void> {
+        await this.txHost.tx.query(`INSERT INTO ${ORDERS} (id) VALUES (${param})`, [id]);
+        await this.txHost.withTransaction(Propagation.Nested, async () => {
+          const order = this.publisher.mergeObjectContext(new Order(id));
+          order.place(2);
+          order.commit();
+        });
+        if (failOuter) throw new Error('outer rolled back');
+      }
+
       @Transactional()
       async ship(id: string, fail: boolean): Promise<void> {
         const order = this.publisher.mergeObjectContext(new Order(id));
@@ -243,6 +260,17 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
         'Mailer.handle',
         'auditor',
       ]);
+    });
+
+    it('commit() in a nested transaction follows the outer one: rolled back, nothing; committed, once', async () => {
+      await expect(app.get(Orders).placeNested('nested-rb', true)).rejects.toThrow(
+        'outer rolled back',
+      );
+      await app.get(Orders).placeNested('nested-ok', false);
+      await drain();
+      await drain();
+      expect(ids(seen.mailer).filter((id) => id.startsWith('nested-'))).toEqual(['nested-ok']);
+      expect(await exists('nested-rb')).toBe(false);
     });
 
     it('an event committed before a restart is delivered by the next app, once', async () => {
