@@ -41,3 +41,6 @@ export * from './inbox';
 export * from './idempotency';
 export * from './relay';
 export * from './observability';
+// Domain-event bridges (docs/domain-events.md); their peers load only when used.
+export * from './bridges/cqrs';
+export * from './bridges/event-emitter';

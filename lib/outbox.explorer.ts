@@ -324,7 +324,8 @@ const IDEMPOTENCY_KEYS = {
   doneTtlMs: true,
 } satisfies OptionKeys<OutboxHandlerIdempotencyOptions>;
 
-function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandlerOptions {
+/** Validates and merges the options of stacked decorators on `source` (also `@OutboxListener()`). */
+export function mergeOptions(source: string, all: OutboxHandlerOptions[]): OutboxHandlerOptions {
   const names = new Set(all.map((o) => o.name).filter((n): n is string => n !== undefined));
   if (names.size > 1) {
     throw new OutboxOptionsError(

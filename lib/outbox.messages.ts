@@ -16,6 +16,9 @@ export const OutboxMessages = {
     `Retention cleanup removed ${events} event(s) and ${deadLetters} dead letter(s)`,
   wakeupFailed: (error: unknown) =>
     `Wake-up signal or subscription failed (${describe(error)}); polling continues, reconnecting`,
+  bridgeAppendFailed: (types: string[], error: unknown) =>
+    `Events ${types.join(', ')} published through EventBus were not appended (${describe(error)}); ` +
+    'await eventBus.publish()/publishAll() to handle this in your code',
   missingScheduler: () =>
     'The outbox dispatcher needs @nestjs/schedule: add ScheduleModule.forRoot() to your root module imports ' +
     '(or set dispatcher.enabled: false in processes that only append).',

@@ -24,6 +24,7 @@ import { OutboxHealthIndicator } from './observability/outbox-health.indicator';
 import { OutboxLogListener } from './observability/outbox-log.listener';
 import { OutboxMetrics } from './observability/outbox-metrics';
 import { OutboxTracing } from './observability/outbox-tracing';
+import { OutboxListenerExplorer } from './bridges/event-emitter/outbox-listener.explorer';
 
 /**
  * The outbox: `OutboxModule.forRoot(options)` or `forRootAsync({ imports, inject, useFactory })`.
@@ -73,6 +74,7 @@ import { OutboxTracing } from './observability/outbox-tracing';
     OutboxMetadataAccessor,
     OutboxHandlerRegistry,
     OutboxExplorer,
+    OutboxListenerExplorer,
     OutboxService,
     OutboxDispatcher,
     OutboxStoreLifecycle,

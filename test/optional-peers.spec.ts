@@ -15,7 +15,7 @@ describe('optional peer dependencies', () => {
       require('./lib/index.ts');
       const loaded = Object.keys(require.cache);
       // (@nestjs/core itself loads @nestjs/microservices when installed, so it is not checked here.)
-      const peers = ['typeorm', 'ioredis', 'pg', 'drizzle-orm', 'kysely', '@mikro-orm/core', '@mikro-orm/postgresql', 'knex', '@prisma/client', '@prisma/adapter-pg', '@electric-sql/pglite', 'mysql2', 'better-sqlite3', '@nestjs/typeorm', 'nestjs-cls', '@nestjs-cls/transactional', 'amqplib', 'prom-client', '@nestjs/terminus', '@opentelemetry/api', '@nestjs/event-emitter'];
+      const peers = ['typeorm', 'ioredis', 'pg', 'drizzle-orm', 'kysely', '@mikro-orm/core', '@mikro-orm/postgresql', 'knex', '@prisma/client', '@prisma/adapter-pg', '@electric-sql/pglite', 'mysql2', 'better-sqlite3', '@nestjs/typeorm', 'nestjs-cls', '@nestjs-cls/transactional', 'amqplib', 'prom-client', '@nestjs/terminus', '@opentelemetry/api', '@nestjs/event-emitter', '@nestjs/cqrs'];
       console.log(JSON.stringify(peers.filter((p) => loaded.some((f) => f.includes('/node_modules/' + p + '/')))));
     `;
     const out = execFileSync(process.execPath, ['-r', TS_REGISTER, '-e', script], {
@@ -138,6 +138,28 @@ describe('missing optional packages are reported together', () => {
     expect(JSON.parse(line)).toBe(
       'OutboxAdminModule needs the optional packages "class-validator" and "class-transformer", ' +
         'which are not installed. Install them with: npm install class-validator class-transformer',
+    );
+  });
+
+  it('OutboxCqrsModule names @nestjs/cqrs', () => {
+    const line = withoutPackages(
+      ['@nestjs/cqrs'],
+      `
+      require('reflect-metadata');
+      const { OutboxCqrsModule, OutboxedEvent } = require('./lib/index.ts');
+      // The decorator alone needs nothing: event classes may live in a package without the peer.
+      OutboxedEvent({ type: 'order.placed' })(class OrderPlaced {});
+      try {
+        OutboxCqrsModule.forRoot();
+        console.log(JSON.stringify('registered'));
+      } catch (error) {
+        console.log(JSON.stringify(error.message));
+      }
+      `,
+    );
+    expect(JSON.parse(line)).toBe(
+      'OutboxCqrsModule needs the optional package "@nestjs/cqrs", which is not installed. ' +
+        'Install it with: npm install @nestjs/cqrs',
     );
   });
 });

@@ -1,0 +1,18 @@
+import { SetMetadata } from '@nestjs/common';
+import type { OutboxHandlerOptions } from '../../interfaces/outbox-handler.interface';
+
+/** Metadata key of `@OutboxListener()` on a method. */
+export const OUTBOX_LISTENER_METADATA = 'outbox:listener';
+
+/** Handler options of an outbox listener (no `idempotency`: use `@Inbox()` inside it). */
+export type OutboxListenerOptions = Omit<OutboxHandlerOptions, 'idempotency'>;
+
+/**
+ * Makes an `@OnEvent('order.placed')` listener of `@nestjs/event-emitter` an outbox handler too:
+ * `append()` of type `order.placed` reaches it through the dispatcher (retries, dead letters, order
+ * per key), called as `(payload, event)`. Stack it with `@OnEvent()`; the names must be plain
+ * outbox types (no wildcards). In-memory `emit()` still calls it as before (docs/domain-events.md).
+ */
+export function OutboxListener(options: OutboxListenerOptions = {}): MethodDecorator {
+  return SetMetadata(OUTBOX_LISTENER_METADATA, options);
+}
