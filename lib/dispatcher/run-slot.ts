@@ -2,7 +2,6 @@ import { LeaseLostError } from '../errors/lease-lost.error';
 import { OutboxHandlerContext } from '../interfaces/outbox-handler.interface';
 import { ClaimedDelivery, Lease } from '../interfaces/outbox-store.interface';
 import { RegisteredHandler } from '../outbox-handler.registry';
-import type { BatchRun } from './batch-run';
 import { KeptLease } from './lease-keeper';
 import { PendingAck } from './outcome-reporter';
 
@@ -10,6 +9,12 @@ import { PendingAck } from './outcome-reporter';
 export interface RunTiming {
   startedAt: number;
   durationMs: number;
+}
+
+/** The call a batch handler's delivery runs in (`BatchRun`), as its slot sees it. */
+export interface SlotBatch {
+  /** Stops the call, and with it every delivery of the batch. */
+  interrupt(reason: unknown): void;
 }
 
 /** Who a slot tells what happened to it: the runs (`HandlerRuns`). */
@@ -54,8 +59,8 @@ export class Slot implements KeptLease, PendingAck, RunTiming {
   invocation: Promise<unknown> | null = null;
   /** The handler's span, when tracing is on (ended when the handler settles). */
   span: unknown = null;
-  /** The batch call it runs in, for a batch handler's delivery. */
-  batch: BatchRun | null = null;
+  /** The batch call it runs in, for a batch handler's delivery (`BatchRun`). */
+  batch: SlotBatch | null = null;
   /** `done()`'s promise, made only when something waits for the run (drain, shutdown). */
   private doneWait: { promise: Promise<void>; resolve: () => void } | null = null;
 
