@@ -126,6 +126,44 @@ function batchHandlersOn(target: StoreTarget): void {
     expect(t.dispatcher.stats()).toMatchObject({ succeeded: 64, failed: 0 });
   }, 30_000);
 
+  it('two workers with batch handlers keep per-key order between them', async () => {
+    const handled: { key: string | null; n: number; worker: string }[] = [];
+    @Injectable()
+    class Racing {
+      @OutboxHandler('b6.metric', { name: 'b6', batch: { max: 10 } })
+      async write(events: OutboxEvent<N>[], ctx: OutboxBatchContext) {
+        // Yield between events so the two workers' batches interleave.
+        for (const e of events) {
+          handled.push({ key: e.key, n: e.payload.n, worker: ctx.workerId });
+          await new Promise((resolve) => setImmediate(resolve));
+        }
+      }
+    }
+    const dispatcher = { ...FAST, concurrency: 4, batchSize: 20 };
+    t = await createOutboxApp([Racing], { store: opened.store, dispatcher });
+    const other = await createOutboxApp([Racing], { store: opened.store, dispatcher });
+    try {
+      const input = Array.from({ length: 120 }, (_, n) => ({ key: `k${n % 6}`, n }));
+      for (let i = 0; i < input.length; i += 30) {
+        await t.outbox.append(
+          input.slice(i, i + 30).map(({ key, n }) => ({ type: 'b6.metric', key, payload: { n } })),
+        );
+      }
+      const done = () => t!.dispatcher.stats().succeeded + other.dispatcher.stats().succeeded;
+      expect(await eventually(() => done() === 120, 20_000)).toBe(true);
+      expect(handled).toHaveLength(120);
+      for (let k = 0; k < 6; k++) {
+        expect(handled.filter((h) => h.key === `k${k}`).map((h) => h.n)).toEqual(
+          input.filter((e) => e.key === `k${k}`).map((e) => e.n),
+        );
+      }
+      // Both workers took part.
+      expect(new Set(handled.map((h) => h.worker)).size).toBe(2);
+    } finally {
+      await other.app.close();
+    }
+  }, 30_000);
+
   it('retries a failing batch, each event under its own attempt count', async () => {
     const calls: Call[] = [];
     @Injectable()
