@@ -130,7 +130,7 @@ function batchHandlersOn(target: StoreTarget): void {
     const handled: { key: string | null; n: number; worker: string }[] = [];
     @Injectable()
     class Racing {
-      @OutboxHandler('b6.metric', { name: 'b6', batch: { max: 10 } })
+      @OutboxHandler('b6.metric', { name: 'b6', batch: { max: 5 } })
       async write(events: OutboxEvent<N>[], ctx: OutboxBatchContext) {
         // Yield between events so the two workers' batches interleave.
         for (const e of events) {
@@ -139,20 +139,22 @@ function batchHandlersOn(target: StoreTarget): void {
         }
       }
     }
-    const dispatcher = { ...FAST, concurrency: 4, batchSize: 20 };
+    // Each worker holds at most 1 + 2 × 5 deliveries: neither can take every key.
+    const dispatcher = { ...FAST, concurrency: 1, batchSize: 5 };
     t = await createOutboxApp([Racing], { store: opened.store, dispatcher });
     const other = await createOutboxApp([Racing], { store: opened.store, dispatcher });
     try {
-      const input = Array.from({ length: 120 }, (_, n) => ({ key: `k${n % 6}`, n }));
-      for (let i = 0; i < input.length; i += 30) {
-        await t.outbox.append(
-          input.slice(i, i + 30).map(({ key, n }) => ({ type: 'b6.metric', key, payload: { n } })),
+      const input = Array.from({ length: 160 }, (_, n) => ({ key: `k${n % 40}`, n }));
+      for (let i = 0; i < input.length; i += 40) {
+        // Each worker appends half: its own commits wake it at once.
+        await (i % 80 === 0 ? t : other).outbox.append(
+          input.slice(i, i + 40).map(({ key, n }) => ({ type: 'b6.metric', key, payload: { n } })),
         );
       }
       const done = () => t!.dispatcher.stats().succeeded + other.dispatcher.stats().succeeded;
-      expect(await eventually(() => done() === 120, 20_000)).toBe(true);
-      expect(handled).toHaveLength(120);
-      for (let k = 0; k < 6; k++) {
+      expect(await eventually(() => done() === 160, 20_000)).toBe(true);
+      expect(handled).toHaveLength(160);
+      for (let k = 0; k < 40; k++) {
         expect(handled.filter((h) => h.key === `k${k}`).map((h) => h.n)).toEqual(
           input.filter((e) => e.key === `k${k}`).map((e) => e.n),
         );
