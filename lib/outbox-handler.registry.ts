@@ -1,7 +1,11 @@
 import { Injectable } from '@nestjs/common';
 import { OutboxOptionsError } from './errors/outbox-options.error';
 import { OutboxEvent } from './interfaces/outbox-event.interface';
-import { OutboxHandlerContext, OutboxHandlerOptions } from './interfaces/outbox-handler.interface';
+import {
+  OutboxBatchContext,
+  OutboxHandlerContext,
+  OutboxHandlerOptions,
+} from './interfaces/outbox-handler.interface';
 import { BackoffOptions } from './interfaces/outbox-module-options.interface';
 import { HandlerSubscription } from './interfaces/outbox-store.interface';
 
@@ -12,10 +16,18 @@ export interface RegisteredHandler {
   backoff?: BackoffOptions;
   timeoutMs?: number;
   retryIf?: OutboxHandlerOptions['retryIf'];
-  /** Calls the method through Nest's enhancer pipeline. */
+  /** Calls the method through Nest's enhancer pipeline (a batch handler: with one event). */
   invoke: (event: OutboxEvent, context: OutboxHandlerContext) => Promise<unknown>;
+  /** Set for a batch handler: the method is called with arrays of at most `max` events. */
+  batch?: RegisteredBatch;
   /** `Class.method`, for messages. */
   source: string;
+}
+
+export interface RegisteredBatch {
+  max: number;
+  /** Calls the method with a batch through Nest's enhancer pipeline. */
+  invoke: (events: OutboxEvent[], context: OutboxBatchContext) => Promise<unknown>;
 }
 
 /** Handlers discovered at bootstrap, by name and by event type. */

@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { OUTBOX_HANDLER_METADATA } from './outbox.constants';
 import { OutboxHandlerMetadata } from './decorators/outbox-handler.decorator';
+import { INBOX_METADATA } from './inbox/inbox.constants';
 
 /** The one place that reads `@OutboxHandler()` metadata. */
 @Injectable()
@@ -10,5 +11,10 @@ export class OutboxMetadataAccessor {
 
   getHandlerMetadata(method: Function): OutboxHandlerMetadata[] | undefined {
     return this.reflector.get<OutboxHandlerMetadata[] | undefined>(OUTBOX_HANDLER_METADATA, method);
+  }
+
+  /** Whether `@Inbox()` decorates the method. */
+  hasInbox(method: Function): boolean {
+    return this.reflector.get(INBOX_METADATA, method) !== undefined;
   }
 }

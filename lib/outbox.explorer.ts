@@ -20,6 +20,8 @@ import { IdempotencyStore } from './idempotency/idempotency-store.interface';
 import { runIdempotent } from './idempotency/run-idempotent';
 import { OutboxEvent } from './interfaces/outbox-event.interface';
 import {
+  OutboxBatchContext,
+  OutboxBatchOptions,
   OutboxHandlerContext,
   OutboxHandlerIdempotencyOptions,
   OutboxHandlerOptions,
@@ -32,7 +34,7 @@ import {
   OutboxParamtype,
   UNEXPANDED_HANDLER,
 } from './outbox.constants';
-import { OutboxHandlerRegistry } from './outbox-handler.registry';
+import { OutboxHandlerRegistry, RegisteredBatch } from './outbox-handler.registry';
 import { OutboxMetadataAccessor } from './outbox-metadata.accessor';
 import { OutboxMessages } from './outbox.messages';
 import { resolveBackoff } from './outbox-options';
@@ -40,6 +42,9 @@ import { unstorableText } from './outbox-validation';
 import { OptionKeys, refuseUnknownKeys } from './option-fields';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
+
+/** Most events one batch handler call may receive. */
+export const BATCH_MAX_LIMIT = 1000;
 
 /** Finds `@OutboxHandler()` methods on static providers at module init and registers them. */
 @Injectable()
@@ -103,7 +108,19 @@ export class OutboxExplorer implements OnModuleInit {
       // The name is stored with every delivery: it must be the same text on every store.
       const fault = unstorableText(name);
       if (fault) throw new OutboxOptionsError(`@OutboxHandler name on ${source}`, fault);
+      if (options.batch !== undefined && this.accessor.hasInbox(prototype[methodName])) {
+        throw new OutboxOptionsError(
+          `@OutboxHandler batch on ${source}`,
+          '@Inbox() records one message per call and cannot apply a batch; use a handler without ' +
+            '`batch`, or record the events in your own transaction inside the batch handler',
+        );
+      }
       const invoke = this.createInvoker(instance, prototype[methodName], methodName);
+      const batch: RegisteredBatch | undefined = options.batch && {
+        max: options.batch.max,
+        // The same pipeline: Nest's enhancers see `[events, batchContext]` as the arguments.
+        invoke: invoke as unknown as RegisteredBatch['invoke'],
+      };
       this.registry.register({
         name,
         types,
@@ -119,7 +136,10 @@ export class OutboxExplorer implements OnModuleInit {
               ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,
-        invoke: this.withIdempotency(name, source, options, invoke),
+        invoke: batch
+          ? (event, context) => batch.invoke([event], batchContextOf(context))
+          : this.withIdempotency(name, source, options, invoke),
+        ...(batch ? { batch } : {}),
       });
     }
   }
@@ -315,7 +335,10 @@ const HANDLER_KEYS = {
   timeoutMs: true,
   retryIf: true,
   idempotency: true,
+  batch: true,
 } satisfies OptionKeys<OutboxHandlerOptions>;
+
+const BATCH_KEYS = { max: true } satisfies OptionKeys<OutboxBatchOptions>;
 
 const IDEMPOTENCY_KEYS = {
   store: true,
@@ -343,6 +366,19 @@ export function mergeOptions(source: string, all: OutboxHandlerOptions[]): Outbo
     if (typeof options.idempotency === 'object' && options.idempotency !== null) {
       refuseUnknownKeys('idempotency', options.idempotency, IDEMPOTENCY_KEYS, refuse);
     }
+    if (options.batch !== undefined) {
+      if (typeof options.batch !== 'object' || options.batch === null) {
+        throw refuse('batch', `expected { max: number }, got ${JSON.stringify(options.batch)}`);
+      }
+      refuseUnknownKeys('batch', options.batch, BATCH_KEYS, refuse);
+      const { max } = options.batch;
+      if (!Number.isInteger(max) || max < 1 || max > BATCH_MAX_LIMIT) {
+        throw refuse(
+          'batch.max',
+          `expected an integer from 1 to ${BATCH_MAX_LIMIT}, got ${JSON.stringify(max)}`,
+        );
+      }
+    }
   }
   const merged: OutboxHandlerOptions = Object.assign({}, ...all);
   for (const [field, value] of [
@@ -356,6 +392,13 @@ export function mergeOptions(source: string, all: OutboxHandlerOptions[]): Outbo
       );
     }
   }
+  if (merged.batch !== undefined && merged.idempotency !== undefined) {
+    throw new OutboxOptionsError(
+      `@OutboxHandler batch on ${source}`,
+      'cannot be combined with `idempotency`, which suppresses duplicates one event per call; ' +
+        'check your idempotency keys inside the batch handler',
+    );
+  }
   if (merged.retryIf !== undefined && typeof merged.retryIf !== 'function') {
     throw new OutboxOptionsError(
       `@OutboxHandler retryIf on ${source}`,
@@ -363,4 +406,16 @@ export function mergeOptions(source: string, all: OutboxHandlerOptions[]): Outbo
     );
   }
   return merged;
+}
+
+/** A one-event batch's context, for a batch handler called through `RegisteredHandler.invoke`. */
+function batchContextOf(context: OutboxHandlerContext): OutboxBatchContext {
+  return {
+    get signal() {
+      return context.signal;
+    },
+    workerId: context.workerId,
+    handler: context.handler,
+    deliveries: [{ deliveryId: context.deliveryId, attempt: context.attempt }],
+  };
 }

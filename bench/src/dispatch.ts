@@ -11,6 +11,8 @@
  *                           only (the library's defaults for everything else), then
  *                           OutboxDispatcher.start() at t0. <store>: pg, mariadb, sqlite (WAL), redis.
  *   ours-<store>-tuned      the same with `concurrency: 100, batchSize: 100`.
+ *   ours-<store>-batch      the defaults, the no-op handler a batch handler
+ *                           (`@OutboxHandler(type, { batch: { max: 100 } })`, BENCH_BATCH_MAX).
  *   ours-pg-history         ours-pg-<BENCH_DISPATCH_HISTORY_CONFIG> (tuned by default) with
  *                           BENCH_DISPATCH_HISTORY_N (1 000 000) delivered events retained in our
  *                           tables, filled with set-based SQL and ANALYZEd before the backlog.
@@ -70,7 +72,7 @@ import {
   startPgBoss,
 } from './baselines';
 import { stores } from './lib';
-import { createOurApp, EVENT_TYPE, HANDLER_NAME, sink } from './ours';
+import { BATCH_MAX, batchCalls, createOurApp, EVENT_TYPE, HANDLER_NAME, sink } from './ours';
 
 const N = envInt('BENCH_DISPATCH_N', 20_000);
 const HISTORY_N = envInt('BENCH_DISPATCH_HISTORY_N', 1_000_000);
@@ -80,6 +82,8 @@ const TUNED = {
   batchSize: envInt('BENCH_DISPATCH_TUNED_BATCH', 100),
 };
 const RAW_BATCH = envInt('BENCH_DISPATCH_RAW_BATCH', 100);
+/** `dispatcher.batchSize` of `ours-*-batch` (unset: the library's default). */
+const BATCH_CLAIM = process.env.BENCH_BATCH_CLAIM ? envInt('BENCH_BATCH_CLAIM', 100) : undefined;
 const RAW_LOOPS = envInt('BENCH_DISPATCH_RAW_LOOPS', 4);
 const PGBOSS_WORKERS = 10;
 const PGBOSS_BATCH = envInt('BENCH_DISPATCH_PGBOSS_BATCH', 100);
@@ -181,7 +185,7 @@ async function ours(
   historyRows = HISTORY_N,
 ): Promise<Extra> {
   const kind = STORES[store];
-  if (!kind || (config !== 'defaults' && config !== 'tuned')) {
+  if (!kind || (config !== 'defaults' && config !== 'tuned' && config !== 'batch')) {
     throw new Error(`unknown variant ours-${store}-${config}`);
   }
   let ds: DataSource | null = null;
@@ -203,10 +207,17 @@ async function ours(
   return withCleanup(cleanup, async () => {
     // Defaults: nothing but `enabled: false` (start() at t0), so whatever the library's defaults
     // are at the commit under test is what is measured.
-    const dispatcher = config === 'tuned' ? { enabled: false, ...TUNED } : { enabled: false };
+    // `batch`: the defaults, with the handler taking up to BATCH_MAX events a call.
+    const dispatcher =
+      config === 'tuned'
+        ? { enabled: false, ...TUNED }
+        : config === 'batch' && BATCH_CLAIM !== undefined
+          ? { enabled: false, batchSize: BATCH_CLAIM }
+          : { enabled: false };
     const app = await createOurApp(
       ds ? { kind: 'typeorm', dataSource: ds } : { kind: 'redis' },
       dispatcher,
+      config === 'batch' ? 'batch' : 'single',
     );
     let closed = false;
     try {
@@ -241,6 +252,12 @@ async function ours(
       return {
         settings: {
           given: { ...dispatcher, enabled: 'start() at t0' },
+          ...(config === 'batch'
+            ? {
+                handler: `batch: { max: ${BATCH_MAX} }`,
+                eventsPerCall: +(N / batchCalls.n).toFixed(1),
+              }
+            : {}),
           resolved: resolved
             ? {
                 concurrency: resolved.concurrency,

@@ -23,9 +23,29 @@ export class BenchHandler {
   }
 }
 
+/** Most events a call of the batch handler receives (`ours-<store>-batch`). */
+export const BATCH_MAX = Number(process.env.BENCH_BATCH_MAX ?? 100);
+
+/** Calls of the batch handler (events per call = handled ÷ calls). */
+export const batchCalls = { n: 0 };
+
+/** The same no-op work as `BenchHandler`, one call per batch of up to `BATCH_MAX` events. */
+@Injectable()
+export class BenchBatchHandler {
+  @OutboxHandler(EVENT_TYPE, { name: HANDLER_NAME, batch: { max: BATCH_MAX } })
+  async handle(events: OutboxEvent[]): Promise<void> {
+    batchCalls.n++;
+    for (const event of events) sink.onEvent(event);
+  }
+}
+
 @Module({})
 class BenchAppModule {
-  static forRoot(store: unknown, dispatcher: OutboxDispatcherOptions): DynamicModule {
+  static forRoot(
+    store: unknown,
+    dispatcher: OutboxDispatcherOptions,
+    handler: 'single' | 'batch' = 'single',
+  ): DynamicModule {
     return {
       module: BenchAppModule,
       imports: [
@@ -37,7 +57,7 @@ class BenchAppModule {
           retention: { cleanupIntervalMs: 0 },
         }),
       ],
-      providers: [BenchHandler],
+      providers: [handler === 'batch' ? BenchBatchHandler : BenchHandler],
     };
   }
 }
@@ -57,6 +77,7 @@ export interface OurApp {
 export async function createOurApp(
   store: OurStore,
   dispatcher: OutboxDispatcherOptions,
+  handler: 'single' | 'batch' = 'single',
 ): Promise<OurApp> {
   const storeOptions =
     store.kind === 'typeorm'
@@ -75,7 +96,7 @@ export async function createOurApp(
           }
         : { type: 'redis', url: REDIS_URL, prefix: store.prefix ?? OUR_REDIS_PREFIX };
   const app = await NestFactory.createApplicationContext(
-    BenchAppModule.forRoot(storeOptions, dispatcher),
+    BenchAppModule.forRoot(storeOptions, dispatcher, handler),
     { logger: ['error', 'warn'] },
   );
   await app.init();

@@ -7,7 +7,9 @@ import { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.inter
 import { ClaimedDelivery, Lease } from '../interfaces/outbox-store.interface';
 import type { OutboxTracing } from '../observability/outbox-tracing';
 import { OutboxHandlerRegistry } from '../outbox-handler.registry';
+import { OutboxBatchError } from '../errors/outbox-batch.error';
 import { AbandonedRuns } from './abandoned-runs';
+import { BatchContext, BatchOwner, BatchRun } from './batch-run';
 import { RunResult } from './delivery-outcome';
 import { LeaseKeeper } from './lease-keeper';
 import { RunOutcomes } from './run-outcomes';
@@ -33,11 +35,13 @@ export interface RunsHost {
  * interrupted (timeout, lease lost, shutdown), whichever comes first; an interrupted handler that
  * still executes is an abandoned run. The outcome goes to `RunOutcomes`.
  */
-export class HandlerRuns implements SlotOwner {
+export class HandlerRuns implements SlotOwner, BatchOwner {
   private readonly logger = new Logger('OutboxDispatcher');
   private readonly config: ResolvedOutboxOptions['dispatcher'];
-  /** Running handlers. */
-  private readonly runs = new Set<Slot>();
+  /** Running handler calls: one delivery each, or a batch handler's batch. */
+  private readonly runs = new Set<Slot | BatchRun>();
+  /** Deliveries in running calls (a batch counts each of its deliveries). */
+  private runningDeliveries = 0;
   /** Claimed ahead, waiting for a slot, oldest first. */
   private readonly waiting: Slot[] = [];
   private timeoutTimer: NodeJS.Timeout | null = null;
@@ -55,14 +59,14 @@ export class HandlerRuns implements SlotOwner {
     this.config = options.dispatcher;
   }
 
-  /** Running handlers. */
+  /** Running handler calls (a batch is one). */
   get running(): number {
     return this.runs.size;
   }
 
   /** Deliveries held: running, or waiting for a slot. */
   get held(): number {
-    return this.runs.size + this.waiting.length;
+    return this.runningDeliveries + this.waiting.length;
   }
 
   /** Keeps the lease of a claimed delivery and puts it in line for a handler slot. */
@@ -113,7 +117,9 @@ export class HandlerRuns implements SlotOwner {
       this.runs.size < this.config.concurrency &&
       this.waiting.length > 0
     ) {
-      this.launch(this.waiting.shift()!);
+      const slot = this.waiting.shift()!;
+      if (slot.handler.batch) this.launchBatch(this.takeBatch(slot));
+      else this.launch(slot);
     }
   }
 
@@ -139,6 +145,12 @@ export class HandlerRuns implements SlotOwner {
 
   /** The keeper lost a kept lease: stop the run, or drop the delivery if it never started. */
   lost(slot: Slot, error: LeaseLostError): void {
+    if (slot.running && slot.batch) {
+      // The batch's call shares one signal: it stops as a whole. This delivery's outcome is
+      // discarded (its lease is gone); the others fail their attempt (see finishBatch).
+      if (!slot.finished) slot.interruptedBy ??= error;
+      return slot.batch.interrupt(error);
+    }
     if (slot.running) return slot.interrupt(error);
     // Lost while waiting for a slot: it never started, so there is nothing to stop.
     const index = this.waiting.indexOf(slot);
@@ -167,9 +179,67 @@ export class HandlerRuns implements SlotOwner {
       this.logger.error(`Unexpected dispatcher error: ${String(error)}`);
     } finally {
       this.runs.delete(slot);
+      this.runningDeliveries--;
       this.startWaiting();
       this.host.slotFreed();
       slot.settleDone();
+    }
+  }
+
+  /**
+   * A batch call ended: its handler settled, or it was interrupted. Each delivery's outcome is
+   * decided on its own: all acknowledged when the call returned; when it threw an
+   * `OutboxBatchError`, the events it names failed with their own errors and the rest are
+   * acknowledged; any other failure fails every delivery (each retried or dead-lettered under
+   * its own attempt count).
+   */
+  finishBatch(run: BatchRun, failure: unknown, failed: boolean): void {
+    if (run.finished) return;
+    run.finished = true;
+    try {
+      const durationMs = performance.now() - run.started;
+      const interrupted = run.interruptedBy !== undefined && failure === run.interruptedBy;
+      const named = failed && !interrupted && failure instanceof OutboxBatchError ? failure : null;
+      for (const slot of run.slots) {
+        slot.finished = true;
+        slot.durationMs = durationMs;
+        this.keeper.release(slot);
+        let result: RunResult;
+        if (!failed) {
+          result = SUCCEEDED;
+        } else if (named) {
+          const own = named.failures.get(slot.delivery.event.id);
+          result =
+            own === undefined && !named.failures.has(slot.delivery.event.id)
+              ? SUCCEEDED
+              : { failed: true, failure: own };
+        } else if (slot.interruptedBy !== undefined) {
+          // Its own lease was lost: the outcome is discarded, as for a single delivery.
+          result = { failed: true, failure: slot.interruptedBy, interruptedBy: slot.interruptedBy };
+          this.abandoned.abandon(slot);
+        } else if (interrupted && run.interruptedBy instanceof LeaseLostError) {
+          // Another delivery's lease was lost: this one's is still held, so its attempt fails
+          // and follows the retry policy rather than waiting for its lease to run out.
+          slot.interruptedBy = run.interruptedBy;
+          this.abandoned.abandon(slot);
+          result = { failed: true, failure };
+        } else if (interrupted) {
+          slot.interruptedBy = run.interruptedBy;
+          this.abandoned.abandon(slot);
+          result = { failed: true, failure, interruptedBy: run.interruptedBy };
+        } else {
+          result = { failed: true, failure };
+        }
+        this.outcomes.report(slot.delivery, slot.lease, slot.handler, result, slot);
+      }
+    } catch (error) {
+      this.logger.error(`Unexpected dispatcher error: ${String(error)}`);
+    } finally {
+      this.runs.delete(run);
+      this.runningDeliveries -= run.slots.length;
+      this.startWaiting();
+      this.host.slotFreed();
+      run.settleDone();
     }
   }
 
@@ -189,6 +259,7 @@ export class HandlerRuns implements SlotOwner {
     slot.deadline = slot.started + slot.timeoutMs;
     slot.running = true;
     this.runs.add(slot);
+    this.runningDeliveries++;
     this.armTimeout(slot.deadline);
     const context = new RunContext(slot, this.config.workerId);
     let invocation: Promise<unknown>;
@@ -209,6 +280,68 @@ export class HandlerRuns implements SlotOwner {
       (error: unknown) => {
         if (slot.span) this.tracing!.endProcess(slot.span, true, error);
         this.finish(slot, error, true);
+      },
+    );
+  }
+
+  /**
+   * `first` and the deliveries of its handler waiting behind it, up to the handler's `max`, in
+   * the order claimed. The store leases at most one delivery per handler and key at a time
+   * (docs/handlers.md, "Order per key"), so a batch never holds two events of one key.
+   */
+  private takeBatch(first: Slot): Slot[] {
+    const { handler } = first;
+    const max = handler.batch!.max;
+    const members = [first];
+    if (max === 1) return members;
+    let kept = 0;
+    for (let i = 0; i < this.waiting.length; i++) {
+      const slot = this.waiting[i];
+      if (members.length < max && slot.handler === handler) members.push(slot);
+      else this.waiting[kept++] = slot;
+    }
+    this.waiting.length = kept;
+    return members;
+  }
+
+  private launchBatch(slots: Slot[]): void {
+    const handler = slots[0].handler;
+    const run = new BatchRun(this, slots, handler);
+    run.timeoutMs = handler.timeoutMs ?? this.config.handlerTimeoutMs;
+    run.startedAt = Date.now();
+    run.started = performance.now();
+    run.deadline = run.started + run.timeoutMs;
+    for (const slot of slots) {
+      slot.batch = run;
+      slot.running = true;
+      slot.timeoutMs = run.timeoutMs;
+      slot.startedAt = run.startedAt;
+      slot.started = run.started;
+      slot.deadline = run.deadline;
+    }
+    this.runs.add(run);
+    this.runningDeliveries += slots.length;
+    this.armTimeout(run.deadline);
+    const context = new BatchContext(run, this.config.workerId);
+    const invoke = handler.batch!.invoke;
+    let invocation: Promise<unknown>;
+    try {
+      invocation = this.tracing
+        ? this.tracing.processBatch(run.events, context, invoke, run)
+        : invoke(run.events, context);
+    } catch (error) {
+      invocation = Promise.reject(error);
+    }
+    run.invocation = invocation;
+    for (const slot of slots) slot.invocation = invocation;
+    invocation.then(
+      () => {
+        if (run.span) this.tracing!.endProcess(run.span, false, undefined);
+        this.finishBatch(run, undefined, false);
+      },
+      (error: unknown) => {
+        if (run.span) this.tracing!.endProcess(run.span, true, error);
+        this.finishBatch(run, error, true);
       },
     );
   }

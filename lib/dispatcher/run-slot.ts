@@ -11,6 +11,12 @@ export interface RunTiming {
   durationMs: number;
 }
 
+/** The call a batch handler's delivery runs in (`BatchRun`), as its slot sees it. */
+export interface SlotBatch {
+  /** Stops the call, and with it every delivery of the batch. */
+  interrupt(reason: unknown): void;
+}
+
 /** Who a slot tells what happened to it: the runs (`HandlerRuns`). */
 export interface SlotOwner {
   /** The keeper could not keep the slot's lease. */
@@ -53,6 +59,8 @@ export class Slot implements KeptLease, PendingAck, RunTiming {
   invocation: Promise<unknown> | null = null;
   /** The handler's span, when tracing is on (ended when the handler settles). */
   span: unknown = null;
+  /** The batch call it runs in, for a batch handler's delivery (`BatchRun`). */
+  batch: SlotBatch | null = null;
   /** `done()`'s promise, made only when something waits for the run (drain, shutdown). */
   private doneWait: { promise: Promise<void>; resolve: () => void } | null = null;
 

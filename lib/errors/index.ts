@@ -13,3 +13,4 @@ export * from './inbox-message-id.error';
 export * from './inbox-in-progress.error';
 export * from './idempotency-key-reused.error';
 export * from './abandoned-run.error';
+export * from './outbox-batch.error';

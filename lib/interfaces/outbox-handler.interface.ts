@@ -19,6 +19,18 @@ export interface OutboxHandlerIdempotencyOptions {
   doneTtlMs?: number;
 }
 
+/**
+ * `@OutboxHandler(type, { batch })`: the method receives an array of events in one call
+ * (docs/handlers.md, "Batch handlers").
+ */
+export interface OutboxBatchOptions {
+  /**
+   * Most events per call, 1–1000. A batch holds what this worker has claimed and not started
+   * when a handler slot frees, up to `max`; claims bring at most `dispatcher.batchSize` each.
+   */
+  max: number;
+}
+
 export interface OutboxHandlerOptions {
   /** Stable handler name used in delivery and inbox records. @default `ClassName.methodName` */
   name?: string;
@@ -32,6 +44,11 @@ export interface OutboxHandlerOptions {
   retryIf?: (error: unknown, attempt: number) => boolean;
   /** Skip the handler for keys it already handled (duplicate suppression). */
   idempotency?: OutboxHandlerIdempotencyOptions;
+  /**
+   * Call the method with an array of events of its types (`(events, context)`, context an
+   * `OutboxBatchContext`) instead of one at a time. Not with `idempotency` or `@Inbox()`.
+   */
+  batch?: OutboxBatchOptions;
 }
 
 /** Second argument of every outbox handler. */
@@ -43,6 +60,16 @@ export interface OutboxHandlerContext {
   workerId: string;
   deliveryId: string;
   handler: string;
+}
+
+/** Second argument of a batch handler (`@OutboxHandler(type, { batch })`). */
+export interface OutboxBatchContext {
+  /** Aborted on the batch's timeout, a lost lease of one of its events, or shutdown. */
+  signal: AbortSignal;
+  workerId: string;
+  handler: string;
+  /** One entry per event, in the order of the events: its delivery id and 1-based attempt. */
+  deliveries: ReadonlyArray<{ readonly deliveryId: string; readonly attempt: number }>;
 }
 
 export type OutboxHandlerFn<TPayload = unknown> = (

@@ -1,6 +1,9 @@
 import type * as Otel from '@opentelemetry/api';
 import type { OutboxEvent, OutboxHeaders } from '../interfaces/outbox-event.interface';
-import type { OutboxHandlerContext } from '../interfaces/outbox-handler.interface';
+import type {
+  OutboxBatchContext,
+  OutboxHandlerContext,
+} from '../interfaces/outbox-handler.interface';
 import { assertInstalled } from '../optional-peers';
 
 type OtelApi = typeof Otel;
@@ -18,6 +21,9 @@ const TRACEPARENT_FORMAT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
  * types and handlers come from code, so this is a safety bound).
  */
 const MAX_CACHED = 1000;
+
+/** Most links a batch's span carries to the traces of its events. */
+const MAX_BATCH_LINKS = 128;
 
 /** The context a consumer span continues, as read from an event's headers. */
 interface Parent {
@@ -158,6 +164,59 @@ export class OutboxTracing {
         this.fail(span, error);
         span.end();
       }
+      throw error;
+    }
+  }
+
+  /**
+   * Runs one batch handler call, `invoke(events, context)`, in a CONSUMER span of its own trace
+   * that links to the context stored in each event's headers (the messaging conventions' batch
+   * receive: one process span, a link per message, up to 128). A recording span is put in
+   * `holder.span` for the caller to end with `endProcess`, as `process` does.
+   */
+  processBatch<T>(
+    events: OutboxEvent[],
+    context: OutboxBatchContext,
+    invoke: (events: OutboxEvent[], context: OutboxBatchContext) => Promise<T>,
+    holder: { span: unknown },
+  ): Promise<T> {
+    const { api } = this;
+    const type = events.every((e) => e.type === events[0].type) ? events[0].type : undefined;
+    const links: Otel.Link[] = [];
+    for (const event of events) {
+      if (links.length >= MAX_BATCH_LINKS) break;
+      const spanContext = this.parentOf(event.headers).spanContext;
+      if (spanContext) links.push({ context: spanContext });
+    }
+    const span = this.tracer.startSpan(
+      type === undefined ? 'process' : this.namesOf(type).name,
+      {
+        kind: api.SpanKind.CONSUMER,
+        links,
+        attributes: {
+          'messaging.system': SYSTEM,
+          'messaging.operation.type': 'process',
+          ...(type === undefined ? {} : { 'messaging.destination.name': type }),
+          'messaging.consumer.group.name': context.handler,
+          'messaging.batch.message_count': events.length,
+          'messaging.outbox.worker_id': context.workerId,
+        },
+      },
+      api.ROOT_CONTEXT,
+    );
+    if (span.isRecording()) holder.span = span;
+    try {
+      return api.context.with(
+        api.trace.setSpan(api.ROOT_CONTEXT, span),
+        invoke,
+        undefined,
+        events,
+        context,
+      );
+    } catch (error) {
+      if (holder.span) holder.span = null;
+      this.fail(span, error);
+      span.end();
       throw error;
     }
   }
