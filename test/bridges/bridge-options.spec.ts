@@ -99,4 +99,26 @@ describe('bridge options: bad input names the field', () => {
     }
     await expect(boot([BadOptions])).rejects.toThrow('maxAttempts');
   });
+
+  it('refuses batch options on bridge handlers, which take one event a call', async () => {
+    @OutboxedEvent({ type: 'order.batched' })
+    class OrderBatched {}
+    @EventsHandler(OrderBatched)
+    @OutboxedHandler({ batch: { max: 10 } } as never)
+    class Handler implements IEventHandler {
+      handle(): void {}
+    }
+    await expect(boot([Handler], true)).rejects.toThrow(
+      '"@OutboxedHandler batch on Handler": not supported on @EventsHandler classes',
+    );
+    @Injectable()
+    class Batched {
+      @OnEvent('order.placed')
+      @OutboxListener({ batch: { max: 10 } } as never)
+      handle(): void {}
+    }
+    await expect(boot([Batched])).rejects.toThrow(
+      '"@OutboxListener batch on Batched.handle": not supported on listeners',
+    );
+  });
 });

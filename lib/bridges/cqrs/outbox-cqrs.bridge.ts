@@ -203,5 +203,11 @@ function handlerOptions(metatype: Function, source: string): OutboxedHandlerOpti
       'not supported on @EventsHandler classes; use @OutboxHandler for duplicate suppression',
     );
   }
+  if (options && typeof options === 'object' && 'batch' in options) {
+    throw new OutboxOptionsError(
+      `@OutboxedHandler batch on ${metatype.name}`,
+      'not supported on @EventsHandler classes (they take one event); use @OutboxHandler(type, { batch }) for batch handlers',
+    );
+  }
   return mergeOptions(source, [options]);
 }

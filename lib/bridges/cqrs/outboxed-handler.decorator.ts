@@ -4,7 +4,7 @@ import type { OutboxHandlerOptions } from '../../interfaces/outbox-handler.inter
 export const OUTBOXED_HANDLER_METADATA = 'outbox:cqrs-handler';
 
 /** Outbox handler options of an `@EventsHandler` class (no `idempotency`). */
-export type OutboxedHandlerOptions = Omit<OutboxHandlerOptions, 'idempotency'>;
+export type OutboxedHandlerOptions = Omit<OutboxHandlerOptions, 'idempotency' | 'batch'>;
 
 /**
  * Sets the outbox handler options of an `@EventsHandler` class for its outboxed events: a stable

@@ -5,7 +5,7 @@ import type { OutboxHandlerOptions } from '../../interfaces/outbox-handler.inter
 export const OUTBOX_LISTENER_METADATA = 'outbox:listener';
 
 /** Handler options of an outbox listener (no `idempotency`: use `@Inbox()` inside it). */
-export type OutboxListenerOptions = Omit<OutboxHandlerOptions, 'idempotency'>;
+export type OutboxListenerOptions = Omit<OutboxHandlerOptions, 'idempotency' | 'batch'>;
 
 /**
  * Makes an `@OnEvent('order.placed')` listener of `@nestjs/event-emitter` an outbox handler too:

@@ -73,6 +73,12 @@ export class OutboxListenerExplorer implements OnModuleInit {
           'not supported on listeners; use @OutboxHandler, or @Inbox() in the listener',
         );
       }
+      if (marked && typeof marked === 'object' && 'batch' in marked) {
+        throw new OutboxOptionsError(
+          `@OutboxListener batch on ${source}`,
+          'not supported on listeners (they take one event); use @OutboxHandler(type, { batch }) for batch handlers',
+        );
+      }
       const options = mergeOptions(source, [marked]);
       const name = options.name ?? source;
       this.registry.register({
