@@ -208,6 +208,15 @@ export interface StoreCatalog {
   handlers: HandlerSubscription[];
 }
 
+/** Due pending deliveries of one handler (the admin API's lag). */
+export interface HandlerBacklog {
+  handler: string;
+  /** Pending deliveries whose time has come. */
+  pending: number;
+  /** Due time of the oldest of them; `null` when none. */
+  oldestDueAt: Date | null;
+}
+
 export interface TypeStats {
   pending: number;
   leased: number;
@@ -299,6 +308,11 @@ export interface OutboxStore {
   listEventsByKey?(query: EventPageQuery): Promise<EventPage>;
   /** Optional: types and handlers of the open deliveries and dead letters, at most `limit` pairs. */
   catalog?(limit: number): Promise<StoreCatalog>;
+  /**
+   * Optional: due pending deliveries per handler. The Redis store reads at most `limit` of them
+   * (oldest first); the others count all.
+   */
+  backlog?(limit: number): Promise<HandlerBacklog[]>;
 
   stats(): Promise<OutboxStoreStats>;
   cleanup(options: CleanupOptions): Promise<CleanupResult>;

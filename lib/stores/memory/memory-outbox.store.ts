@@ -22,6 +22,7 @@ import {
   DeliveryPage,
   DeliveryPageQuery,
   DeliveryRecord,
+  HandlerBacklog,
   EventPage,
   EventPageQuery,
   EventRecord,
@@ -476,6 +477,23 @@ export class MemoryOutboxStore implements OutboxStore {
       pairs.set(JSON.stringify([type, d.handler]), [type, d.handler]);
     }
     return catalogOf(pairs.values());
+  }
+
+  async backlog(): Promise<HandlerBacklog[]> {
+    const now = this.ms();
+    const by = new Map<string, { pending: number; oldest: number }>();
+    for (const d of this.deliveries.values()) {
+      if (d.status !== 'pending' || d.availableAt > now) continue;
+      const b = by.get(d.handler) ?? { pending: 0, oldest: d.availableAt };
+      b.pending += 1;
+      b.oldest = Math.min(b.oldest, d.availableAt);
+      by.set(d.handler, b);
+    }
+    return [...by].map(([handler, b]) => ({
+      handler,
+      pending: b.pending,
+      oldestDueAt: new Date(b.oldest),
+    }));
   }
 
   async stats(): Promise<OutboxStoreStats> {

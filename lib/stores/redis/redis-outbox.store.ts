@@ -25,6 +25,7 @@ import {
   EventPage,
   EventPageQuery,
   EventRecord,
+  HandlerBacklog,
   Lease,
   OutboxStore,
   OutboxStoreStats,
@@ -578,6 +579,22 @@ export class RedisOutboxStore implements OutboxStore {
     const pairs: [string, string][] = types.map((t) => [String(t), '*']);
     for (let i = 0; i + 1 < flat.length; i += 2) pairs.push([String(flat[i]), String(flat[i + 1])]);
     return catalogOf(pairs);
+  }
+
+  /** From the `pend` set: at most `limit` due deliveries, oldest first. */
+  async backlog(limit: number): Promise<HandlerBacklog[]> {
+    const flat = (await this.run('backlog', [Math.max(1, Math.floor(limit))])) as (
+      string | number
+    )[];
+    const out: HandlerBacklog[] = [];
+    for (let i = 0; i + 2 < flat.length; i += 3) {
+      out.push({
+        handler: String(flat[i]),
+        pending: Number(flat[i + 1]),
+        oldestDueAt: new Date(Number(flat[i + 2])),
+      });
+    }
+    return out;
   }
 
   async stats(): Promise<OutboxStoreStats> {

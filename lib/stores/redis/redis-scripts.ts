@@ -91,6 +91,7 @@ export const REDIS_SCRIPT_FILES = {
   eventView: ['delivery-view', 'event-view'],
   eventsByKey: ['delivery-view', 'events-by-key'],
   catalog: ['catalog'],
+  backlog: ['backlog'],
 } as const satisfies Record<string, readonly string[]>;
 
 export type RedisScriptName = keyof typeof REDIS_SCRIPT_FILES;

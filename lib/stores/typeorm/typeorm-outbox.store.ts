@@ -20,6 +20,7 @@ import {
   EventPage,
   EventPageQuery,
   EventRecord,
+  HandlerBacklog,
   Lease,
   OutboxStore,
   OutboxStoreStats,
@@ -244,6 +245,10 @@ export class SqlOutboxStore implements OutboxStore {
 
   catalog(limit: number): Promise<StoreCatalog> {
     return this.inspection.catalog(limit);
+  }
+
+  backlog(): Promise<HandlerBacklog[]> {
+    return this.inspection.backlog();
   }
 
   // ---------------------------------------------------------------- stats and retention

@@ -188,4 +188,23 @@ export function inspectionContract(k: ContractKit): void {
       ]);
     });
   });
+
+  describe('backlog', () => {
+    it('counts due pending deliveries per handler with the oldest due time', async () => {
+      if (!store.backlog) return;
+      const now = await store.now();
+      await store.append([event()]);
+      await store.append([event({ handlers: [A.name] })]);
+      await store.append([
+        event({ handlers: [B.name], availableAt: new Date(now.getTime() + 3_600_000) }),
+      ]);
+      const rows = await store.backlog(1000);
+      const byHandler = Object.fromEntries(rows.map((r) => [r.handler, r]));
+      expect(byHandler[A.name].pending).toBe(2);
+      expect(byHandler[B.name].pending).toBe(1);
+      expect(byHandler[A.name].oldestDueAt!.getTime()).toBeLessThanOrEqual(
+        (await store.now()).getTime(),
+      );
+    });
+  });
 }

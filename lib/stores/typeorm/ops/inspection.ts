@@ -6,6 +6,7 @@ import {
   EventPage,
   EventPageQuery,
   EventRecord,
+  HandlerBacklog,
   StoreCatalog,
 } from '../../../interfaces/outbox-store.interface';
 import { isUuid } from '../../../outbox-validation';
@@ -173,5 +174,18 @@ export class InspectionOps {
       (r) => [String(r.event_type), String(r.handler)] as [string, string],
     );
     return catalogOf(pairs);
+  }
+
+  async backlog(): Promise<HandlerBacklog[]> {
+    const { ctx } = this;
+    const d = ctx.dialect;
+    const { rows } = await ctx.one(
+      sql`SELECT handler, COUNT(*) AS pending, ${d.timeOut(raw('MIN(available_at)'))} AS oldest FROM ${ctx.D} WHERE status = 'pending' AND available_at <= ${d.now} GROUP BY handler`,
+    );
+    return rows.map((r) => ({
+      handler: String(r.handler),
+      pending: Number(r.pending),
+      oldestDueAt: r.oldest == null ? null : d.readTime(r.oldest),
+    }));
   }
 }
