@@ -103,6 +103,10 @@ export interface AdminAppOptions {
   imports?: Array<DynamicModule | Type>;
   outboxGlobal?: boolean;
   rawBody?: boolean;
+  /** More providers (handlers) beside the default ones. */
+  providers?: Type[];
+  /** The `errorStacks` option of `OutboxModule.forRoot`. */
+  errorStacks?: boolean | { lines?: number; maxLength?: number };
 }
 
 export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp> {
@@ -112,12 +116,13 @@ export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp
         store: options.store,
         isGlobal: options.outboxGlobal,
         dispatcher: { enabled: false, batchSize: 100, concurrency: 100, backoff: { jitter: 0 } },
+        ...(options.errorStacks !== undefined ? { errorStacks: options.errorStacks } : {}),
       }),
       options.admin ??
         OutboxAdminModule.register({ guards: [ApiKeyGuard], imports: [ApiKeysModule] }),
       ...(options.imports ?? []),
     ],
-    providers: [Behaviour, Billing, Shipping, Users],
+    providers: [Behaviour, Billing, Shipping, Users, ...(options.providers ?? [])],
   }).compile();
   const app = moduleRef.createNestApplication({ logger: false, rawBody: options.rawBody });
   await app.init();
