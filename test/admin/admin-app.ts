@@ -7,6 +7,7 @@ import {
   Module,
   Type,
 } from '@nestjs/common';
+import { AbstractHttpAdapter } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import {
@@ -105,8 +106,17 @@ export interface AdminAppOptions {
   rawBody?: boolean;
   /** More providers (handlers) beside the default ones. */
   providers?: Type[];
+  /** HTTP platform of the app. @default 'express' */
+  platform?: 'express' | 'fastify';
   /** The `errorStacks` option of `OutboxModule.forRoot`. */
   errorStacks?: boolean | { lines?: number; maxLength?: number };
+}
+
+/** Loaded only by Fastify tests: `@nestjs/platform-fastify` is a dev dependency. */
+function fastifyAdapter(): AbstractHttpAdapter {
+  const { FastifyAdapter } =
+    require('@nestjs/platform-fastify') as typeof import('@nestjs/platform-fastify');
+  return new FastifyAdapter();
 }
 
 export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp> {
@@ -124,8 +134,17 @@ export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp
     ],
     providers: [Behaviour, Billing, Shipping, Users, ...(options.providers ?? [])],
   }).compile();
-  const app = moduleRef.createNestApplication({ logger: false, rawBody: options.rawBody });
+  const app =
+    options.platform === 'fastify'
+      ? moduleRef.createNestApplication(fastifyAdapter(), {
+          logger: false,
+          rawBody: options.rawBody,
+        })
+      : moduleRef.createNestApplication({ logger: false, rawBody: options.rawBody });
   await app.init();
+  if (options.platform === 'fastify') {
+    await (app.getHttpAdapter().getInstance() as { ready(): Promise<unknown> }).ready();
+  }
   return {
     app,
     http: request(app.getHttpServer()),

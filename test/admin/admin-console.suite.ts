@@ -54,12 +54,16 @@ const NEW_ROUTES: Array<[string, string]> = [
 ];
 
 /** The console routes of the admin API (issue 28) against one store. */
-export function describeAdminConsole(harness: AdminStoreHarness): void {
+export function describeAdminConsole(
+  harness: AdminStoreHarness,
+  platform: 'express' | 'fastify' = 'express',
+): void {
   let t: AdminApp | undefined;
   async function open(): Promise<AdminApp> {
     t = await createAdminApp({
       store: await harness.store(),
       providers: [Stock, Payments, Audit],
+      platform,
     });
     return t;
   }
