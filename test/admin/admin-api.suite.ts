@@ -27,11 +27,14 @@ const key = { 'x-api-key': API_KEY };
 const write = { ...key, 'Content-Type': 'application/json' };
 
 /** The admin HTTP API against one store. */
-export function describeAdminApi(harness: AdminStoreHarness): void {
+export function describeAdminApi(
+  harness: AdminStoreHarness,
+  platform: 'express' | 'fastify' = 'express',
+): void {
   let t: AdminApp | undefined;
 
   async function open(): Promise<AdminApp> {
-    t = await createAdminApp({ store: await harness.store() });
+    t = await createAdminApp({ store: await harness.store(), platform });
     return t;
   }
 
@@ -70,7 +73,7 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
     let boundary: string;
 
     beforeAll(async () => {
-      a = await createAdminApp({ store: await harness.store() });
+      a = await createAdminApp({ store: await harness.store(), platform });
       await seed(a, { orders: 130, users: 0 });
       await harness.advance();
       await seed(a, { orders: 0, users: 20, from: 1000 });
@@ -384,7 +387,7 @@ export function describeAdminApi(harness: AdminStoreHarness): void {
     let before: unknown;
 
     beforeAll(async () => {
-      a = await createAdminApp({ store: await harness.store() });
+      a = await createAdminApp({ store: await harness.store(), platform });
       await seed(a, { orders: 3, users: 2 });
       items = await listAll(a);
       before = await snapshot(a);

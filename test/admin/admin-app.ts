@@ -7,6 +7,7 @@ import {
   Module,
   Type,
 } from '@nestjs/common';
+import { AbstractHttpAdapter } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import {
@@ -103,6 +104,19 @@ export interface AdminAppOptions {
   imports?: Array<DynamicModule | Type>;
   outboxGlobal?: boolean;
   rawBody?: boolean;
+  /** More providers (handlers) beside the default ones. */
+  providers?: Type[];
+  /** HTTP platform of the app. @default 'express' */
+  platform?: 'express' | 'fastify';
+  /** The `errorStacks` option of `OutboxModule.forRoot`. */
+  errorStacks?: boolean | { lines?: number; maxLength?: number };
+}
+
+/** Loaded only by Fastify tests: `@nestjs/platform-fastify` is a dev dependency. */
+function fastifyAdapter(): AbstractHttpAdapter {
+  const { FastifyAdapter } =
+    require('@nestjs/platform-fastify') as typeof import('@nestjs/platform-fastify');
+  return new FastifyAdapter();
 }
 
 export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp> {
@@ -112,15 +126,25 @@ export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp
         store: options.store,
         isGlobal: options.outboxGlobal,
         dispatcher: { enabled: false, batchSize: 100, concurrency: 100, backoff: { jitter: 0 } },
+        ...(options.errorStacks !== undefined ? { errorStacks: options.errorStacks } : {}),
       }),
       options.admin ??
         OutboxAdminModule.register({ guards: [ApiKeyGuard], imports: [ApiKeysModule] }),
       ...(options.imports ?? []),
     ],
-    providers: [Behaviour, Billing, Shipping, Users],
+    providers: [Behaviour, Billing, Shipping, Users, ...(options.providers ?? [])],
   }).compile();
-  const app = moduleRef.createNestApplication({ logger: false, rawBody: options.rawBody });
+  const app =
+    options.platform === 'fastify'
+      ? moduleRef.createNestApplication(fastifyAdapter(), {
+          logger: false,
+          rawBody: options.rawBody,
+        })
+      : moduleRef.createNestApplication({ logger: false, rawBody: options.rawBody });
   await app.init();
+  if (options.platform === 'fastify') {
+    await (app.getHttpAdapter().getInstance() as { ready(): Promise<unknown> }).ready();
+  }
   return {
     app,
     http: request(app.getHttpServer()),
