@@ -7,6 +7,7 @@ import {
   Module,
   Type,
 } from '@nestjs/common';
+import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import {
@@ -103,7 +104,12 @@ export interface AdminAppOptions {
   imports?: Array<DynamicModule | Type>;
   outboxGlobal?: boolean;
   rawBody?: boolean;
+  /** The HTTP platform the app runs on. @default 'express' */
+  platform?: AdminPlatform;
 }
+
+/** The two HTTP platforms Nest ships; the admin routes and the page must work on both. */
+export type AdminPlatform = 'express' | 'fastify';
 
 export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp> {
   const moduleRef = await Test.createTestingModule({
@@ -119,8 +125,17 @@ export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp
     ],
     providers: [Behaviour, Billing, Shipping, Users],
   }).compile();
-  const app = moduleRef.createNestApplication({ logger: false, rawBody: options.rawBody });
+  const app =
+    options.platform === 'fastify'
+      ? moduleRef.createNestApplication<NestFastifyApplication>(new FastifyAdapter(), {
+          logger: false,
+          rawBody: options.rawBody,
+        })
+      : moduleRef.createNestApplication({ logger: false, rawBody: options.rawBody });
   await app.init();
+  // Fastify takes routes until `ready()`; supertest needs the server it serves them from.
+  if (options.platform === 'fastify')
+    await (app as NestFastifyApplication).getHttpAdapter().getInstance().ready();
   return {
     app,
     http: request(app.getHttpServer()),
