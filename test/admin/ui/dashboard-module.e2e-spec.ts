@@ -111,7 +111,7 @@ describe('OutboxAdminModule dashboard (ui: true)', () => {
     });
     const page = (await t.http.get('/internal/ops/outbox/ui').set(key).expect(200)).text;
     const refs = [...page.matchAll(/(?:src|href)="([^"#]+)"/g)].map((m) => m[1]);
-    expect(refs.sort()).toEqual(['ui/dashboard.css', 'ui/dashboard.js']);
+    expect(refs.sort()).toEqual(['ui/dashboard.css', 'ui/dashboard.js', 'ui/favicon.svg']);
     for (const ref of refs) {
       const path = new URL(ref, 'http://h/internal/ops/outbox/ui').pathname;
       await t.http.get(path).set(key).expect(200);

@@ -12,7 +12,7 @@ import request from 'supertest';
 describe('dashboard in the built package', () => {
   const root = resolve(__dirname, '../../..');
   const assets = join(root, 'lib/admin/ui/assets');
-  const files = ['dashboard.html', 'dashboard.js', 'dashboard.css'];
+  const files = ['dashboard.html', 'dashboard.js', 'dashboard.css', 'favicon.svg'];
 
   beforeAll(() => {
     execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'pipe', timeout: 180_000 });
@@ -51,6 +51,7 @@ describe('dashboard in the built package', () => {
         'dashboard.html': '/outbox/ui',
         'dashboard.js': '/outbox/ui/dashboard.js',
         'dashboard.css': '/outbox/ui/dashboard.css',
+        'favicon.svg': '/outbox/ui/favicon.svg',
       };
       for (const file of files) {
         const res = await http.get(paths[file]).set('k', 'v').expect(200);
