@@ -676,9 +676,11 @@
     const empty = state.items.length === 0;
     $(prefix + '-first').disabled = state.page === 0;
     $(prefix + '-prev').disabled = state.page === 0;
-    $(prefix + '-next').disabled = empty || !state.nextCursor;
-    // An empty first page has nothing to page through.
-    $(prefix === 'page' ? 'list-pager' : prefix + '-pager').hidden = empty && state.page === 0;
+    // A page filtered by error may come back short, even empty, with more after it.
+    $(prefix + '-next').disabled = !state.nextCursor;
+    // An empty table with nothing before or after it has nothing to page through.
+    $(prefix === 'page' ? 'list-pager' : prefix + '-pager').hidden =
+      empty && state.page === 0 && !state.nextCursor;
     $(prefix === 'page' ? 'page-label' : prefix + '-page').textContent =
       'Page ' + (state.page + 1) + (empty ? '' : ' · ' + plural(state.items.length, 'row'));
   }
@@ -1245,9 +1247,17 @@
         el('td', null, el('code', null, event.id)),
         el('td', null, event.type),
         el('td', { class: 'nowrap' }, formatDate(event.occurredAt)),
+        el(
+          'td',
+          null,
+          (event.handlers || [])
+            .map((h) => h.handler + ': ' + (STATE_LABELS[h.state] || h.state))
+            .join(', ') || '–',
+        ),
       );
       body.appendChild(linkRow(row, '#/events/' + encodeURIComponent(event.id)));
     }
+    $('search-more').hidden = !(data && data.nextCursor);
     $('search-empty').hidden = items.length > 0;
     $('search-results').hidden = items.length === 0;
   }
