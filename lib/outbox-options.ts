@@ -10,6 +10,7 @@ import {
   CustomStoreOptions,
   MemoryStoreOptions,
   OutboxDispatcherOptions,
+  OutboxErrorStackOptions,
   OutboxLimits,
   OutboxModuleOptions,
   OutboxRetentionOptions,
@@ -46,7 +47,19 @@ const ROOT_KEYS = {
   logs: true,
   metrics: true,
   tracing: true,
+  errorStacks: true,
 } satisfies OptionKeys<OutboxModuleOptions>;
+
+/** What `errorStacks: true` (and no option) keeps of a failure's stack. */
+export const DEFAULT_ERROR_STACKS: Required<OutboxErrorStackOptions> = {
+  lines: 10,
+  maxLength: 2048,
+};
+
+const ERROR_STACK_KEYS = {
+  lines: true,
+  maxLength: true,
+} satisfies OptionKeys<OutboxErrorStackOptions>;
 
 /** Option keys per store type; values such as `dataSource` or `client` are user objects, never read. */
 const STORE_KEYS: Record<string, Record<string, true>> = {
@@ -285,5 +298,26 @@ export function resolveOutboxOptions(options: OutboxModuleOptions): ResolvedOutb
 
   const observability = resolveObservabilityOptions(root);
 
-  return { store, dispatcher, limits, retention, inbox, observability };
+  const errorStacks = resolveErrorStacks(root.errorStacks);
+
+  return { store, dispatcher, limits, retention, inbox, observability, errorStacks };
+}
+
+/** `errorStacks`: `false` off, `true`/absent the defaults, an object overriding them. */
+function resolveErrorStacks(value: unknown): Required<OutboxErrorStackOptions> | null {
+  if (value === false) return null;
+  if (value === undefined || value === true) return { ...DEFAULT_ERROR_STACKS };
+  const o = plainObject('errorStacks', value);
+  refuseUnknownKeys('errorStacks', o, ERROR_STACK_KEYS);
+  return {
+    lines: positiveInt('errorStacks.lines', o.lines, DEFAULT_ERROR_STACKS.lines, 1, 200),
+    // Bounded: each delivery keeps OUTBOX_ERROR_HISTORY entries, each with its stack.
+    maxLength: positiveInt(
+      'errorStacks.maxLength',
+      o.maxLength,
+      DEFAULT_ERROR_STACKS.maxLength,
+      1,
+      16_384,
+    ),
+  };
 }

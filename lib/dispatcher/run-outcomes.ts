@@ -1,5 +1,6 @@
 import { LeaseLostError } from '../errors/lease-lost.error';
 import { OutboxShutdownError } from '../errors/outbox-shutdown.error';
+import { DEFAULT_ERROR_STACKS } from '../outbox-options';
 import { ResolvedOutboxOptions } from '../interfaces/outbox-module-options.interface';
 import { ClaimedDelivery, DeliveryErrorInput, Lease } from '../interfaces/outbox-store.interface';
 import { OutboxEvents } from '../observability/outbox-events';
@@ -189,9 +190,11 @@ export class RunOutcomes {
     const clean = (text: unknown) => String(text ?? '').replaceAll('\u0000', '');
     const name = clean(failure instanceof Error ? failure.name : typeof failure) || 'Error';
     const message = clean(failure instanceof Error ? failure.message : safeString(failure));
+    const stack = stackHead(failure, this.options.errorStacks);
     return {
       name: name.slice(0, 255),
       message: message.slice(0, max),
+      ...(stack ? { stack: clean(stack) } : {}),
       attempt,
       workerId: this.workerId,
     };
@@ -210,4 +213,19 @@ function safeString(value: unknown): string {
   } catch {
     return String(value);
   }
+}
+
+/**
+ * The first `lines` lines of a failure's stack, at most `maxLength` characters; `undefined` when
+ * stacks are off (`errorStacks: false`) or the failure has no string stack.
+ */
+export function stackHead(
+  failure: unknown,
+  options: ResolvedOutboxOptions['errorStacks'],
+): string | undefined {
+  const limits = options === undefined ? DEFAULT_ERROR_STACKS : options;
+  if (limits === null || !(failure instanceof Error)) return undefined;
+  const stack: unknown = failure.stack;
+  if (typeof stack !== 'string' || stack === '') return undefined;
+  return stack.split('\n', limits.lines).join('\n').slice(0, limits.maxLength);
 }

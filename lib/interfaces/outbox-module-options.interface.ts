@@ -114,6 +114,14 @@ export interface OutboxRetentionOptions {
   batchSize?: number;
 }
 
+/** How much of a failure's stack is stored with its message (docs/admin.md, Error stacks). */
+export interface OutboxErrorStackOptions {
+  /** Lines of `error.stack` kept, its first line (name and message) included. @default 10 */
+  lines?: number;
+  /** Characters kept at most, after the lines are taken. @default 2048 */
+  maxLength?: number;
+}
+
 export interface OutboxModuleOptions {
   /** Which store persists events. */
   store: OutboxStoreOptions;
@@ -141,6 +149,12 @@ export interface OutboxModuleOptions {
    * continue traces from message headers. @default false
    */
   tracing?: boolean;
+  /**
+   * Store the first lines of each failure's stack in the delivery's error history (dead letters,
+   * the admin API): `false` stores none, `true` or an object stores the first `lines` lines,
+   * at most `maxLength` characters. @default { lines: 10, maxLength: 2048 }
+   */
+  errorStacks?: boolean | OutboxErrorStackOptions;
 }
 
 /** Options after defaults are applied and validated. */
@@ -155,4 +169,6 @@ export interface ResolvedOutboxOptions {
   inbox: ResolvedInboxOptions | null;
   /** Absent (options resolved by hand): logs on, metrics and tracing off. */
   observability?: ResolvedObservabilityOptions;
+  /** `null`: no stacks stored. Absent (options resolved by hand): the defaults. */
+  errorStacks?: Required<OutboxErrorStackOptions> | null;
 }

@@ -60,6 +60,11 @@ export interface ClaimedDelivery {
 export interface DeliveryError {
   name: string;
   message: string;
+  /**
+   * The first lines of the failure's stack, bounded (the `errorStacks` module option); absent
+   * when stacks are off, the failure had none, or it was recorded before stacks were kept.
+   */
+  stack?: string;
   at: Date;
   attempt: number;
   workerId: string;
@@ -128,6 +133,88 @@ export interface DeadLetterSummaryRow {
   /** Last error message with numbers and ids masked, so similar failures group together. */
   fingerprint: string;
   count: number;
+}
+
+/** Open deliveries the admin API lists by state (docs/admin.md, Deliveries). */
+export type DeliveryListState = 'retrying' | 'scheduled' | 'leased';
+
+export interface DeliveryPageQuery {
+  /**
+   * `retrying`: pending with at least one attempt, by next attempt; `scheduled`: pending, never
+   * attempted, due later, by due time; `leased`: under a live lease, by lease expiry.
+   */
+  state: DeliveryListState;
+  type?: string;
+  handler?: string;
+  limit: number;
+  /** Opaque cursor from the previous page's `nextCursor`. */
+  cursor?: string;
+  /**
+   * Handlers known to the caller (its registry). The Redis store keeps leases per handler and
+   * reads these (or `handler`) for `leased`; the others ignore it.
+   */
+  handlers?: string[];
+}
+
+/** One delivery as stored: open (pending, leased) or dead. */
+export interface DeliveryRecord {
+  id: string;
+  eventId: string;
+  type: string;
+  key: string | null;
+  /** `'*'` (`UNEXPANDED_HANDLER`) for an event not yet expanded to its handlers. */
+  handler: string;
+  status: 'pending' | 'leased' | 'dead';
+  /** Claims so far (reset to 0 by a replay). */
+  attempts: number;
+  /** When a pending delivery is due; for others, when it last was. */
+  availableAt: Date;
+  leaseOwner: string | null;
+  leaseUntil: Date | null;
+  /** Most recent last, at most `OUTBOX_ERROR_HISTORY`. */
+  errors: DeliveryError[];
+}
+
+export interface DeliveryPage {
+  items: DeliveryRecord[];
+  /** `null` when this is the last page. */
+  nextCursor: string | null;
+}
+
+/** An event with every delivery still stored for it (delivered ones are gone). */
+export interface EventRecord {
+  event: OutboxEvent;
+  deliveries: DeliveryRecord[];
+}
+
+export interface EventPageQuery {
+  key: string;
+  limit: number;
+  /** Opaque cursor from the previous page's `nextCursor`. */
+  cursor?: string;
+  /** Handlers known to the caller; the Redis store finds deliveries by event and handler. */
+  handlers?: string[];
+}
+
+export interface EventPage {
+  /** Newest first (append order). */
+  items: EventRecord[];
+  nextCursor: string | null;
+}
+
+/** The event types and handlers a store holds open deliveries or dead letters of. */
+export interface StoreCatalog {
+  types: string[];
+  handlers: HandlerSubscription[];
+}
+
+/** Due pending deliveries of one handler (the admin API's lag). */
+export interface HandlerBacklog {
+  handler: string;
+  /** Pending deliveries whose time has come. */
+  pending: number;
+  /** Due time of the oldest of them; `null` when none. */
+  oldestDueAt: Date | null;
 }
 
 export interface TypeStats {
@@ -205,6 +292,27 @@ export interface OutboxStore {
   /** Back to pending with attempts reset; returns how many were replayed. */
   replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number>;
   purge(selector: DeadLetterSelector): Promise<number>;
+
+  /**
+   * Optional (the admin API answers 501 without it): open deliveries in one state, keyset-paged.
+   * Every store of this package has it.
+   */
+  listDeliveries?(query: DeliveryPageQuery): Promise<DeliveryPage>;
+  /**
+   * Optional: one event with its open deliveries and dead letters; `null` when unknown.
+   * `handlers` are the handlers the caller knows for its type (the Redis store finds deliveries
+   * by event and handler); a store that can list them by event ignores it.
+   */
+  inspectEvent?(id: string, handlers: string[]): Promise<EventRecord | null>;
+  /** Optional: the events of one ordering key, newest first, each with its deliveries. */
+  listEventsByKey?(query: EventPageQuery): Promise<EventPage>;
+  /** Optional: types and handlers of the open deliveries and dead letters, at most `limit` pairs. */
+  catalog?(limit: number): Promise<StoreCatalog>;
+  /**
+   * Optional: due pending deliveries per handler. The Redis store reads at most `limit` of them
+   * (oldest first); the others count all.
+   */
+  backlog?(limit: number): Promise<HandlerBacklog[]>;
 
   stats(): Promise<OutboxStoreStats>;
   cleanup(options: CleanupOptions): Promise<CleanupResult>;

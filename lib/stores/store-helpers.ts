@@ -109,6 +109,44 @@ export function decodeCursor(cursor: string): DeadLetterCursor {
   return { deadAt, id };
 }
 
+/** Keyset cursor over events by append order (`seq`), newest first: the last seq returned. */
+export function encodeSeqCursor(seq: number): string {
+  return Buffer.from(`seq|${seq}`, 'utf8').toString('base64url');
+}
+
+export function decodeSeqCursor(cursor: string): number {
+  const text = Buffer.from(cursor, 'base64url').toString('utf8');
+  const seq = Number(text.startsWith('seq|') ? text.slice(4) : NaN);
+  if (!Number.isSafeInteger(seq) || seq < 1 || encodeSeqCursor(seq) !== cursor) {
+    throw new OutboxValidationError('cursor', 'is not a cursor returned by a previous page');
+  }
+  return seq;
+}
+
+/** Sorted, de-duplicated types and handler subscriptions from (type, handler) pairs. */
+export function catalogOf(pairs: Iterable<[string, string]>): {
+  types: string[];
+  handlers: { name: string; types: string[] }[];
+} {
+  const types = new Set<string>();
+  const byHandler = new Map<string, Set<string>>();
+  for (const [type, handler] of pairs) {
+    types.add(type);
+    if (handler === '*') continue;
+    const set = byHandler.get(handler) ?? new Set<string>();
+    set.add(type);
+    byHandler.set(handler, set);
+  }
+  const sorted = (values: Iterable<string>) => [...values].sort();
+  return {
+    types: sorted(types),
+    handlers: sorted(byHandler.keys()).map((name) => ({
+      name,
+      types: sorted(byHandler.get(name)!),
+    })),
+  };
+}
+
 /** True when a filter has no criteria, i.e. matches every dead letter. */
 export function isMatchAll(filter: DeadLetterFilter): boolean {
   return Object.values(filter).every((v) => v === undefined);

@@ -7,6 +7,7 @@ import {
   OutboxStoreContractContext,
   OutboxStoreContractOptions,
 } from './contract/kit';
+import { inspectionContract } from './contract/inspection';
 import { leasesAndFencingContract } from './contract/leases-and-fencing';
 import { racesContract } from './contract/races';
 import { replayAndPurgeContract } from './contract/replay-and-purge';
@@ -20,7 +21,8 @@ export type { OutboxStoreContractContext, OutboxStoreContractOptions } from './c
  * `describe` block. Run it against your own `OutboxStore` to check it behaves like ours.
  *
  * Each concern is its own file in `contract/` (append, claim and order, leases and fencing,
- * retries and dead letters, replay and purge, the store clock, retention, races), all sharing the
+ * retries and dead letters, replay and purge, the store clock, retention, races, the admin
+ * API's read-only views), all sharing the
  * per-test store and helpers of `contract/kit.ts`.
  */
 export function describeOutboxStoreContract(
@@ -38,5 +40,6 @@ export function describeOutboxStoreContract(
     replayAndPurgeContract(kit);
     storeClockContract(kit);
     retentionContract(kit);
+    inspectionContract(kit);
   });
 }

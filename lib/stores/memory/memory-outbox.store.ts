@@ -19,12 +19,23 @@ import {
   DeadLetterSummaryRow,
   DeliveryError,
   DeliveryErrorInput,
+  DeliveryPage,
+  DeliveryPageQuery,
+  DeliveryRecord,
+  HandlerBacklog,
+  EventPage,
+  EventPageQuery,
+  EventRecord,
   Lease,
   OutboxStore,
   OutboxStoreStats,
+  StoreCatalog,
 } from '../../interfaces/outbox-store.interface';
 import {
   AppendListeners,
+  catalogOf,
+  decodeSeqCursor,
+  encodeSeqCursor,
   decodeCursor,
   encodeCursor,
   DeadLetterSummary,
@@ -382,6 +393,107 @@ export class MemoryOutboxStore implements OutboxStore {
   private dropOrphans(eventIds: Set<string>): void {
     for (const d of this.deliveries.values()) eventIds.delete(d.eventId);
     for (const id of eventIds) this.events.delete(id);
+  }
+
+  private record(d: StoredDelivery): DeliveryRecord {
+    const e = this.events.get(d.eventId)!;
+    const leased = d.status === 'leased';
+    return {
+      id: d.id,
+      eventId: e.id,
+      type: e.type,
+      key: e.key,
+      handler: d.handler,
+      status: d.status === 'delivered' ? 'pending' : d.status,
+      attempts: d.attempts,
+      availableAt: new Date(d.availableAt),
+      leaseOwner: leased ? d.owner : null,
+      leaseUntil: leased ? new Date(d.leaseUntil) : null,
+      errors: d.errors.map((x) => ({ ...x, at: new Date(x.at) })),
+    };
+  }
+
+  async listDeliveries(query: DeliveryPageQuery): Promise<DeliveryPage> {
+    const now = this.ms();
+    const after = query.cursor ? decodeCursor(query.cursor) : null;
+    const at = (d: StoredDelivery) => (query.state === 'leased' ? d.leaseUntil : d.availableAt);
+    const inState = (d: StoredDelivery) =>
+      query.state === 'leased'
+        ? d.status === 'leased' && d.leaseUntil > now
+        : d.status === 'pending' &&
+          (query.state === 'retrying' ? d.attempts > 0 : d.attempts === 0 && d.availableAt > now);
+    const all = [...this.deliveries.values()]
+      .filter((d) => {
+        if (!inState(d)) return false;
+        const e = this.events.get(d.eventId)!;
+        if (!matches(query.type, e.type) || !matches(query.handler, d.handler)) return false;
+        if (!after) return true;
+        const t = after.deadAt.getTime();
+        return at(d) > t || (at(d) === t && d.id > after.id);
+      })
+      .sort((a, b) => at(a) - at(b) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const page = all.slice(0, query.limit);
+    const last = page[page.length - 1];
+    return {
+      items: page.map((d) => this.record(d)),
+      nextCursor:
+        all.length > page.length && last
+          ? encodeCursor({ deadAt: new Date(at(last)), id: last.id })
+          : null,
+    };
+  }
+
+  private eventRecord(e: StoredEvent): EventRecord {
+    const deliveries = [...this.deliveries.values()]
+      .filter((d) => d.eventId === e.id && d.status !== 'delivered')
+      .map((d) => this.record(d));
+    return { event: publicEvent(e), deliveries };
+  }
+
+  async inspectEvent(id: string): Promise<EventRecord | null> {
+    const e = this.events.get(id);
+    return e ? this.eventRecord(e) : null;
+  }
+
+  async listEventsByKey(query: EventPageQuery): Promise<EventPage> {
+    const before = query.cursor ? decodeSeqCursor(query.cursor) : Infinity;
+    const all = [...this.events.values()]
+      .filter((e) => e.key === query.key && e.seq < before)
+      .sort((a, b) => b.seq - a.seq);
+    const page = all.slice(0, query.limit);
+    const last = page[page.length - 1];
+    return {
+      items: page.map((e) => this.eventRecord(e)),
+      nextCursor: all.length > page.length && last ? encodeSeqCursor(last.seq) : null,
+    };
+  }
+
+  async catalog(limit: number): Promise<StoreCatalog> {
+    const pairs = new Map<string, [string, string]>();
+    for (const d of this.deliveries.values()) {
+      if (pairs.size >= limit) break;
+      if (d.status === 'delivered') continue;
+      const type = this.events.get(d.eventId)!.type;
+      pairs.set(JSON.stringify([type, d.handler]), [type, d.handler]);
+    }
+    return catalogOf(pairs.values());
+  }
+
+  async backlog(): Promise<HandlerBacklog[]> {
+    const now = this.ms();
+    const by = new Map<string, { pending: number; oldest: number }>();
+    for (const d of this.deliveries.values()) {
+      if (d.status !== 'pending' || d.availableAt > now) continue;
+      const b = by.get(d.handler) ?? { pending: 0, oldest: d.availableAt };
+      b.pending += 1;
+      b.oldest = Math.min(b.oldest, d.availableAt);
+      by.set(d.handler, b);
+    }
+    return [...by].map(([handler, b]) => ({
+      handler,
+      pending: b.pending,
+      oldestDueAt: new Date(b.oldest),
+    }));
   }
 
   async stats(): Promise<OutboxStoreStats> {

@@ -35,6 +35,9 @@ import { join } from 'node:path';
  *   pend             zset  every pending delivery, by availableAt (stats: due, oldest)
  *   dead             zset  dead letters, by deadAt; ties by id, which is the cursor order
  *   done             zset  fully delivered events, by completion time (retention)
+ *   ek:<key>         zset  ids of the events of one ordering key, by seq (the admin API's events
+ *                          by key); written by append, cleared when the event is deleted. Events
+ *                          appended before it existed are not in it
  *   cnt              hash  leased count and per-type p:/l:/x: counters (zero fields removed)
  *   stage:<batchId>  hash  p<n> payload, h<n> headers of the n-th event of an append too large for
  *                          one call, staged in bounded calls; the append script takes them and
@@ -44,8 +47,10 @@ import { join } from 'node:path';
  * and fields with the same meanings, so stores of the versions before and after may run against
  * the same keys (a rolling deploy; each client runs its own scripts by SHA). Since then only
  * additions that both versions read correctly: `so` (absent: the ack counts n, as before; older
- * scripts ignore it and count n, which stays right) and a token shared by the leases of one claim
- * (a value of `tk`, compared as before). A change that older scripts would misread must add a
+ * scripts ignore it and count n, which stays right), a token shared by the leases of one claim
+ * (a value of `tk`, compared as before), `ek:<key>` (older scripts neither write nor clear it: an
+ * entry they leave behind is dropped when read) and `stack` in error entries (older code ignores
+ * it). A change that older scripts would misread must add a
  * version key and an upgrade path.
  *
  * Cost per delivery (bench/RESULTS.md, "Redis store scripts"): a script reads and writes only what
@@ -54,8 +59,8 @@ import { join } from 'node:path';
  * per key (`bulk`), and hot paths pass strings to redis.call (a Lua number is formatted with
  * printf on every call).
  *
- * Error entries in `er` are `{ j: 1, name, message, workerId, attempt, at }` where name, message
- * and workerId hold the JSON text of the string (made by JavaScript), so any string — lone UTF-16
+ * Error entries in `er` are `{ j: 1, name, message, workerId, attempt, at, stack? }` where name, message,
+ * workerId and stack hold the JSON text of the string (made by JavaScript), so any string — lone UTF-16
  * surrogates included, which UTF-8 cannot carry — comes back exactly. Entries without `j` (written
  * before) hold the plain strings.
  */
@@ -82,6 +87,11 @@ export const REDIS_SCRIPT_FILES = {
   now: ['now'],
   deadGet: ['dead-view', 'dead-get'],
   deadList: ['dead-view', 'dead-list'],
+  deliveriesList: ['delivery-view', 'deliveries-list'],
+  eventView: ['delivery-view', 'event-view'],
+  eventsByKey: ['delivery-view', 'events-by-key'],
+  catalog: ['catalog'],
+  backlog: ['backlog'],
 } as const satisfies Record<string, readonly string[]>;
 
 export type RedisScriptName = keyof typeof REDIS_SCRIPT_FILES;

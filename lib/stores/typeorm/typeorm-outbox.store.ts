@@ -15,10 +15,17 @@ import {
   DeadLetterSelector,
   DeadLetterSummaryRow,
   DeliveryErrorInput,
+  DeliveryPage,
+  DeliveryPageQuery,
+  EventPage,
+  EventPageQuery,
+  EventRecord,
+  HandlerBacklog,
   Lease,
   OutboxStore,
   OutboxStoreStats,
   StoreAppendOptions,
+  StoreCatalog,
 } from '../../interfaces/outbox-store.interface';
 import type { SqlExecutor } from '../../executors/sql-executor';
 import { TypeOrmExecutor } from '../../executors/typeorm-executor';
@@ -28,6 +35,7 @@ import { ClaimOp } from './ops/claim';
 import { CommitWatch } from './ops/commit-watch';
 import { StoreContext, TypeOrmOutboxStoreOptions } from './ops/context';
 import { DeadLetterOps } from './ops/dead-letters';
+import { InspectionOps } from './ops/inspection';
 import { LeaseOps } from './ops/leases';
 import { MaintenanceOps } from './ops/maintenance';
 import { ensureOutboxSchema, outboxSchemaStatus } from './schema/schema';
@@ -54,6 +62,7 @@ export class SqlOutboxStore implements OutboxStore {
   private readonly acks: AckOp;
   private readonly deadLetters: DeadLetterOps;
   private readonly maintenance: MaintenanceOps;
+  private readonly inspection: InspectionOps;
   private initialized?: Promise<void>;
 
   constructor(
@@ -68,6 +77,7 @@ export class SqlOutboxStore implements OutboxStore {
     this.acks = new AckOp(this.ctx);
     this.deadLetters = new DeadLetterOps(this.ctx);
     this.maintenance = new MaintenanceOps(this.ctx);
+    this.inspection = new InspectionOps(this.ctx);
   }
 
   /** Which SQL dialect the DataSource (or executor) selected. */
@@ -217,6 +227,28 @@ export class SqlOutboxStore implements OutboxStore {
 
   purge(selector: DeadLetterSelector): Promise<number> {
     return this.deadLetters.purge(selector);
+  }
+
+  // ---------------------------------------------------------------- inspection (admin API)
+
+  listDeliveries(query: DeliveryPageQuery): Promise<DeliveryPage> {
+    return this.inspection.listDeliveries(query);
+  }
+
+  inspectEvent(id: string): Promise<EventRecord | null> {
+    return this.inspection.inspectEvent(id);
+  }
+
+  listEventsByKey(query: EventPageQuery): Promise<EventPage> {
+    return this.inspection.listEventsByKey(query);
+  }
+
+  catalog(limit: number): Promise<StoreCatalog> {
+    return this.inspection.catalog(limit);
+  }
+
+  backlog(): Promise<HandlerBacklog[]> {
+    return this.inspection.backlog();
   }
 
   // ---------------------------------------------------------------- stats and retention

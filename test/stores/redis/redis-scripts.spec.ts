@@ -65,7 +65,7 @@ describe('Redis Lua files', () => {
         return at >= 0 && at < p.length - 1;
       }),
     );
-    expect(fragments.sort()).toEqual(['ack-one', 'dead-view']);
+    expect(fragments.sort()).toEqual(['ack-one', 'dead-view', 'delivery-view']);
     for (const fragment of fragments) {
       const header = headerOf(read(fragment));
       expect(header).toMatch(/^-- Fragment of .*Defines:/s);

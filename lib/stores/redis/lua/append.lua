@@ -61,7 +61,10 @@ for e, ev in ipairs(evs) do
     end
     if #hs == 0 then hs = { '*' } end
     redis.call('HSET', ek, 't', ev.t, 'pl', ev.pl, 'hd', ev.hd, 'oa', ev.oa, 'av', av, 'sq', sq, 'c', ev.c, 'n', #hs)
-    if k then redis.call('HSET', ek, 'k', k) end
+    if k then
+      redis.call('HSET', ek, 'k', k)
+      redis.call('ZADD', B .. 'ek:' .. k, sq, ev.id)
+    end
     local sole = #hs == 1 and hs[1] ~= '*'
     for _, h in ipairs(hs) do newDelivery(uuid(ev.id .. '|' .. h), ev.id, h, ev.t, k, sq, av, sole) end
   end

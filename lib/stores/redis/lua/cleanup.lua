@@ -20,6 +20,7 @@ end
 local events = 0
 local cutoff = '(' .. (now - tonumber(ARGV[2]))
 for _, ev in ipairs(redis.call('ZRANGEBYSCORE', DONE, '-inf', cutoff, 'LIMIT', 0, batch)) do
+  unindexEvent(ev)
   redis.call('DEL', ekey(ev))
   redis.call('ZREM', DONE, ev)
   events = events + 1

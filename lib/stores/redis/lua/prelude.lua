@@ -164,12 +164,21 @@ local function unlease(id, f)
 end
 
 -- The error history with one more entry, as JSON for the 'er' field.
-local function pushError(raw, name, message, attempt, worker, max)
+-- stack: JSON text of the stack, or '' (or nil) for none.
+local function pushError(raw, name, message, attempt, worker, max, stack)
   local errs = {}
   if raw then errs = cjson.decode(raw) end
-  table.insert(errs, { j = 1, name = name, message = message, attempt = tonumber(attempt), workerId = worker, at = tostring(now) })
+  local entry = { j = 1, name = name, message = message, attempt = tonumber(attempt), workerId = worker, at = tostring(now) }
+  if stack and stack ~= '' then entry.stack = stack end
+  table.insert(errs, entry)
   while #errs > max do table.remove(errs, 1) end
   return cjson.encode(errs)
+end
+
+-- An event about to be deleted leaves the index of its key (`ek:<key>`, events-by-key.lua).
+local function unindexEvent(ev)
+  local k = redis.call('HGET', ekey(ev), 'k')
+  if k then redis.call('ZREM', B .. 'ek:' .. k, ev) end
 end
 
 local function dropDead(id)
@@ -179,6 +188,7 @@ local function dropDead(id)
   redis.call('ZREM', DEAD, id)
   incr('x:' .. f[2], -1)
   if redis.call('HINCRBY', ekey(f[3]), 'n', -1) <= 0 then
+    unindexEvent(f[3])
     redis.call('DEL', ekey(f[3]))
     redis.call('ZREM', DONE, f[3])
   end

@@ -12,13 +12,14 @@
 -- ARGV[8]  attempt
 -- ARGV[9]  worker id, as JSON text
 -- ARGV[10] most error entries kept in `er` (oldest dropped)
+-- ARGV[11] the first lines of the error's stack as JSON text, or '' for none
 -- Returns  1, or 0 when the lease is lost (nothing changed)
 
 local id = ARGV[2]
 local f = owned(id, ARGV[3], ARGV[4])
 if not f then return 0 end
 unlease(id, f)
-local er = pushError(f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]))
+local er = pushError(f[11], ARGV[6], ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10]), ARGV[11])
 local av = now + tonumber(ARGV[5])
 redis.call('HSET', dkey(id), 'st', 'p', 'av', av, 'er', er)
 redis.call('ZADD', PEND, av, id)

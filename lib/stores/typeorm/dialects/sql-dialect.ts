@@ -143,7 +143,7 @@ export interface SqlDialect {
   /** Appends one error object to a JSON array column, keeping the last `keep` entries. */
   appendError(
     column: SqlText,
-    error: { name: string; message: string; attempt: number; workerId: string },
+    error: { name: string; message: string; attempt: number; workerId: string; stack?: string },
     keep: number,
   ): SqlText;
   /**

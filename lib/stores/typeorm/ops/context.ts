@@ -96,6 +96,7 @@ export function parseErrors(value: unknown): DeliveryError[] {
   return list.map((e) => ({
     name: String(e.name),
     message: String(e.message),
+    ...(typeof e.stack === 'string' ? { stack: e.stack } : {}),
     attempt: Number(e.attempt),
     workerId: String(e.workerId),
     at: new Date(Number(e.at)),

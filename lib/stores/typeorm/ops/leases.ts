@@ -14,6 +14,9 @@ import { StoreContext } from './context';
 const DEAD_COLUMNS =
   'id, event_seq, event_type, event_key, handler, attempts, reason, errors, dead_at';
 
+/** Longest stack stored (the `errorStacks.maxLength` option's ceiling). */
+const MAX_STACK_LENGTH = 16_384;
+
 /** Longest retry delay written (100 years); beyond it the databases' date arithmetic overflows. */
 const MAX_RETRY_DELAY_MS = 100 * 365 * 86_400_000;
 
@@ -98,6 +101,9 @@ export class LeaseOps {
         message: withoutNul(error.message ?? '').slice(0, this.ctx.errorMaxLength),
         attempt: Math.floor(Number(error.attempt) || 0),
         workerId: withoutNul(error.workerId ?? '').slice(0, 255),
+        ...(typeof error.stack === 'string'
+          ? { stack: withoutNul(error.stack).slice(0, MAX_STACK_LENGTH) }
+          : {}),
       },
       OUTBOX_ERROR_HISTORY,
     );

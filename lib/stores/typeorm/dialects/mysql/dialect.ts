@@ -1,7 +1,7 @@
 import type { SqlConnection } from '../../../../executors/sql-executor';
 import { mysqlDdl, mysqlTextCollation } from './ddl';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
-import { join, list, raw, sql, SqlText } from '../../sql';
+import { EMPTY, join, list, raw, sql, SqlText } from '../../sql';
 import { OutboxTableNames } from '../../schema/tables';
 import {
   ClaimCandidates,
@@ -240,10 +240,10 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
 
   appendError(
     column: SqlText,
-    e: { name: string; message: string; attempt: number; workerId: string },
+    e: { name: string; message: string; attempt: number; workerId: string; stack?: string },
     keep = OUTBOX_ERROR_HISTORY,
   ): SqlText {
-    return sql`JSON_ARRAY_APPEND(IF(JSON_LENGTH(${column}) >= ${raw(String(keep))}, JSON_REMOVE(${column}, '$[0]'), ${column}), '$', JSON_OBJECT('name', ${e.name}, 'message', ${e.message}, 'attempt', ${e.attempt}, 'workerId', ${e.workerId}, 'at', ${this.nowMs}))`;
+    return sql`JSON_ARRAY_APPEND(IF(JSON_LENGTH(${column}) >= ${raw(String(keep))}, JSON_REMOVE(${column}, '$[0]'), ${column}), '$', JSON_OBJECT('name', ${e.name}, 'message', ${e.message}, 'attempt', ${e.attempt}, 'workerId', ${e.workerId}, 'at', ${this.nowMs}${e.stack === undefined ? EMPTY : sql`, 'stack', ${e.stack}`}))`;
   }
 
   *appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>> {

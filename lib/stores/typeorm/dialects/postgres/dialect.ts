@@ -2,7 +2,7 @@ import { postgresDdl } from './ddl';
 import { createHash } from 'node:crypto';
 import type { SqlStatement } from '../../../../executors/sql-executor';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
-import { prepared, raw, sql, SqlText } from '../../sql';
+import { EMPTY, prepared, raw, sql, SqlText } from '../../sql';
 import { OutboxTableNames } from '../../schema/tables';
 import {
   ClaimCandidates,
@@ -144,10 +144,10 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
 
   appendError(
     column: SqlText,
-    e: { name: string; message: string; attempt: number; workerId: string },
+    e: { name: string; message: string; attempt: number; workerId: string; stack?: string },
     keep = OUTBOX_ERROR_HISTORY,
   ): SqlText {
-    return sql`(CASE WHEN jsonb_array_length(${column}) >= ${raw(String(keep))} THEN ${column} - 0 ELSE ${column} END) || jsonb_build_array(jsonb_build_object('name', ${e.name}::text, 'message', ${e.message}::text, 'attempt', ${e.attempt}::int, 'workerId', ${e.workerId}::text, 'at', ${this.nowMs}))`;
+    return sql`(CASE WHEN jsonb_array_length(${column}) >= ${raw(String(keep))} THEN ${column} - 0 ELSE ${column} END) || jsonb_build_array(jsonb_build_object('name', ${e.name}::text, 'message', ${e.message}::text, 'attempt', ${e.attempt}::int, 'workerId', ${e.workerId}::text, 'at', ${this.nowMs}${e.stack === undefined ? EMPTY : sql`, 'stack', ${e.stack}::text`}))`;
   }
 
   /**

@@ -168,10 +168,10 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
 
   appendError(
     column: SqlText,
-    e: { name: string; message: string; attempt: number; workerId: string },
+    e: { name: string; message: string; attempt: number; workerId: string; stack?: string },
     keep = OUTBOX_ERROR_HISTORY,
   ): SqlText {
-    return sql`json_insert(CASE WHEN json_array_length(${column}) >= ${raw(String(keep))} THEN json_remove(${column}, '$[0]') ELSE ${column} END, '$[#]', json_object('name', ${e.name}, 'message', ${e.message}, 'attempt', ${e.attempt}, 'workerId', ${e.workerId}, 'at', ${this.nowMs}))`;
+    return sql`json_insert(CASE WHEN json_array_length(${column}) >= ${raw(String(keep))} THEN json_remove(${column}, '$[0]') ELSE ${column} END, '$[#]', json_object('name', ${e.name}, 'message', ${e.message}, 'attempt', ${e.attempt}, 'workerId', ${e.workerId}, 'at', ${this.nowMs}${e.stack === undefined ? EMPTY : sql`, 'stack', ${e.stack}`}))`;
   }
 
   *appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>> {
