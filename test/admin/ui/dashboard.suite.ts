@@ -314,8 +314,9 @@ export function describeDashboard(
       await listAfterFilter({ type: 'order.placed', failedBefore: '2020-01-01T00:00:00' });
       expect(page.url()).toContain('failedBefore=2020-01-01T00%3A00%3A00.000Z');
       expect(await page.locator('#list-empty').isVisible()).toBe(true);
-      expect(await page.locator('#filter [name=failedBefore]').inputValue()).toBe(
-        '2020-01-01T00:00:00',
+      // Shown back as typed, not shifted to New York time (Chromium drops ":00" seconds).
+      expect(await page.locator('#filter [name=failedBefore]').inputValue()).toMatch(
+        /^2020-01-01T00:00(:00)?$/,
       );
       const first = (
         await api<{ items: Array<{ id: string; deadAt: string }> }>('dead-letters?limit=1')

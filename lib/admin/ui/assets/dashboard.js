@@ -375,6 +375,8 @@
     routeToken += 1;
     currentRoute = next;
     $('notice').hidden = true;
+    // The search box shows what was searched only on the results of that search.
+    if (next.view !== 'search') $('search-q').value = '';
     show(next);
     await guarded(() => load(next, false));
   }
