@@ -18,6 +18,7 @@ import {
 import { DeadLetter, OutboxStoreStats } from '../interfaces/outbox-store.interface';
 import { DeadLetterFilterDto } from './dto/dead-letter-filter.dto';
 import { DeadLetterQueryDto } from './dto/dead-letter-query.dto';
+import { DeliveryQueryDto, EventQueryDto } from './dto/delivery-query.dto';
 import {
   PurgeDeadLettersDto,
   ReplayDeadLetterDto,
@@ -29,17 +30,26 @@ import { OutboxAdminContentTypeGuard } from './outbox-admin-content-type.guard';
 import { OutboxAdminExceptionFilter } from './outbox-admin-exception.filter';
 import { OutboxAdminValidationPipe } from './outbox-admin-validation.pipe';
 import {
+  CatalogResponse,
   DeadLetterListResponse,
   DeadLetterSummaryResponse,
+  DeliveryListResponse,
+  EventListResponse,
   OutboxAdminService,
+  ThroughputResponse,
 } from './outbox-admin.service';
+import { AdminEventDetail } from './outbox-admin-views';
 
 const uuid = new ParseUUIDPipe({
   exceptionFactory: () => new BadRequestException('id must be a UUID'),
 });
 
+const eventUuid = new ParseUUIDPipe({
+  exceptionFactory: () => new BadRequestException('id must be a UUID (an event id)'),
+});
+
 /**
- * Dead letters and stats over HTTP. Mounted only through `OutboxAdminModule.register()`, which
+ * Dead letters, deliveries, events and stats over HTTP. Mounted only through `OutboxAdminModule.register()`, which
  * subclasses it with the configured path; the pipe, filter and guards here never depend on what the
  * application configured globally.
  */
@@ -100,6 +110,36 @@ export class OutboxAdminController {
   @Get('stats')
   stats(): Promise<OutboxStoreStats> {
     return this.admin.stats();
+  }
+
+  /** Open deliveries in one state (retrying, scheduled, leased), keyset-paged. */
+  @Get('deliveries')
+  deliveries(@Query() query: DeliveryQueryDto): Promise<DeliveryListResponse> {
+    return this.admin.deliveries(query);
+  }
+
+  /** The events of one ordering key, newest first, with each handler's state. */
+  @Get('events')
+  events(@Query() query: EventQueryDto): Promise<EventListResponse> {
+    return this.admin.events(query);
+  }
+
+  /** One event with its state for every handler and each delivery's error history. */
+  @Get('events/:id')
+  event(@Param('id', eventUuid) id: string): Promise<AdminEventDetail> {
+    return this.admin.event(id);
+  }
+
+  /** Event types and handlers, for pickers. */
+  @Get('catalog')
+  catalog(): Promise<CatalogResponse> {
+    return this.admin.catalog();
+  }
+
+  /** Per handler: due backlog and this process's outcomes per minute over the last hour. */
+  @Get('throughput')
+  throughput(): Promise<ThroughputResponse> {
+    return this.admin.throughput();
   }
 }
 

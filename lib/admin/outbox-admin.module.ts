@@ -7,6 +7,7 @@ import {
   OutboxAdminConfigurableModule,
 } from './outbox-admin.module-definition';
 import { OutboxAdminService } from './outbox-admin.service';
+import { OutboxAdminThroughput } from './outbox-admin-throughput';
 
 /**
  * HTTP routes for dead letters and stats: `OutboxAdminModule.register({ guards: [ApiKeyGuard] })`
@@ -24,6 +25,7 @@ import { OutboxAdminService } from './outbox-admin.service';
       useFactory: (options: OutboxAdminModuleOptions) => resolveOutboxAdminOptions(options),
     },
     OutboxAdminService,
+    OutboxAdminThroughput,
   ],
 })
 export class OutboxAdminModule extends OutboxAdminConfigurableModule {}

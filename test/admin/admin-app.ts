@@ -106,6 +106,10 @@ export interface AdminAppOptions {
   rawBody?: boolean;
   /** The HTTP platform the app runs on. @default 'express' */
   platform?: AdminPlatform;
+  /** More providers (handlers) beside the default ones. */
+  providers?: Type[];
+  /** The `errorStacks` option of `OutboxModule.forRoot`. */
+  errorStacks?: boolean | { lines?: number; maxLength?: number };
 }
 
 /** The two HTTP platforms Nest ships; the admin routes and the page must work on both. */
@@ -118,12 +122,13 @@ export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp
         store: options.store,
         isGlobal: options.outboxGlobal,
         dispatcher: { enabled: false, batchSize: 100, concurrency: 100, backoff: { jitter: 0 } },
+        ...(options.errorStacks !== undefined ? { errorStacks: options.errorStacks } : {}),
       }),
       options.admin ??
         OutboxAdminModule.register({ guards: [ApiKeyGuard], imports: [ApiKeysModule] }),
       ...(options.imports ?? []),
     ],
-    providers: [Behaviour, Billing, Shipping, Users],
+    providers: [Behaviour, Billing, Shipping, Users, ...(options.providers ?? [])],
   }).compile();
   const app =
     options.platform === 'fastify'

@@ -24,6 +24,21 @@ export class DeadLetterFilterDto {
   @Length(1, 512)
   key?: string;
 
+  /** Name of the last error, exact match (as the summary reports it). */
+  @IsOptionalNotNull()
+  @IsString()
+  @Length(1, 255)
+  errorName?: string;
+
+  /**
+   * Fingerprint of the last error's message, exact match (as the summary reports it: numbers
+   * and ids masked). The empty fingerprint is that of an empty message.
+   */
+  @IsOptionalNotNull()
+  @IsString()
+  @Length(0, 255)
+  fingerprint?: string;
+
   /** Dead-lettered strictly before this time. */
   @IsOptionalNotNull()
   @IsAdminDate()
