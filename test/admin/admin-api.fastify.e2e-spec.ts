@@ -2,16 +2,24 @@ import { DataSource } from 'typeorm';
 import { describeWithService } from '../support/services';
 import { openDataSource, storeFor, uniquePrefix } from '../stores/typeorm/typeorm-test-helpers';
 import { describeAdminApi } from './admin-api.suite';
+import { describeAdminConsole } from './admin-console.suite';
 
 // The whole admin suite again, on @nestjs/platform-fastify instead of Express.
 describe('Admin API [memory store] [fastify]', () => {
   let now = Date.parse('2026-03-01T12:00:00Z');
-  describeAdminApi({
-    platform: 'fastify',
-    store: async () => ({ type: 'memory', clock: () => new Date(now) }),
+  const harness = {
+    platform: 'fastify' as const,
+    store: async () => ({ type: 'memory' as const, clock: () => new Date(now) }),
     advance: async () => {
       now += 60_000;
     },
+  };
+  describeAdminApi(harness);
+  // The console routes read the store clock against real time (throughput, scheduled).
+  describeAdminConsole({
+    platform: 'fastify',
+    store: async () => ({ type: 'memory' }),
+    advance: async () => undefined,
   });
 });
 
@@ -30,12 +38,14 @@ describeWithService('postgres', 'Admin API [typeorm store] [postgres] [fastify]'
     await dataSource?.destroy();
   });
 
-  describeAdminApi({
-    platform: 'fastify',
+  const harness = {
+    platform: 'fastify' as const,
     store: async () => {
       await tables.empty();
-      return { type: 'typeorm', dataSource, tablePrefix };
+      return { type: 'typeorm' as const, dataSource, tablePrefix };
     },
     advance: async () => undefined,
-  });
+  };
+  describeAdminApi(harness);
+  describeAdminConsole(harness);
 });

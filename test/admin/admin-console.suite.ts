@@ -59,6 +59,7 @@ export function describeAdminConsole(harness: AdminStoreHarness): void {
   async function open(): Promise<AdminApp> {
     t = await createAdminApp({
       store: await harness.store(),
+      platform: harness.platform,
       providers: [Stock, Payments, Audit],
     });
     return t;
