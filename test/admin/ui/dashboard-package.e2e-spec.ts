@@ -54,8 +54,18 @@ describe('dashboard in the built package', () => {
         'favicon.svg': '/outbox/ui/favicon.svg',
       };
       for (const file of files) {
-        const res = await http.get(paths[file]).set('k', 'v').expect(200);
-        expect(res.text).toBe(readFileSync(join(assets, file), 'utf8'));
+        // Read as text whatever the type (supertest buffers image/svg+xml as bytes).
+        const res = await http
+          .get(paths[file])
+          .set('k', 'v')
+          .buffer(true)
+          .parse((r, done) => {
+            let text = '';
+            r.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+            r.on('end', () => done(null, text));
+          })
+          .expect(200);
+        expect(res.body).toBe(readFileSync(join(assets, file), 'utf8'));
         expect(res.headers['content-security-policy']).toContain("script-src 'self'");
         await http.get(paths[file]).expect(403);
       }
