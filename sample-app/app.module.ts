@@ -2,7 +2,8 @@ import { Module } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { OutboxAdminModule, OutboxModule } from 'nestjs-outbox';
-import { AdminKeyGuard } from './admin-key.guard';
+import { AdminGuard } from './admin/admin.guard';
+import { AdminSignInModule } from './admin/admin-sign-in.module';
 import { SampleRelayModule } from './relay/sample-relay.module';
 import { PointsController } from './players/points.controller';
 import { Player } from './players/player.entity';
@@ -32,8 +33,9 @@ export const SAMPLE_DATABASE = process.env.SAMPLE_DB ?? 'data/sample.sqlite';
       dispatcher: { pollInterval: 200 },
     }),
     // Dead letters and stats at /outbox/..., and the dashboard page at /outbox/ui, behind an API
-    // key (header x-admin-key).
-    OutboxAdminModule.register({ guards: [AdminKeyGuard], ui: true }),
+    // key (header x-admin-key) or the session cookie of the sign-in form at /admin/sign-in.
+    AdminSignInModule,
+    OutboxAdminModule.register({ guards: [AdminGuard], imports: [AdminSignInModule], ui: true }),
   ],
   controllers: [PlayersController, PointsController],
   providers: [PlayersService, WelcomeHandler],

@@ -3,7 +3,7 @@ import { mkdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { dirname } from 'node:path';
 import { NestFactory } from '@nestjs/core';
-import { AdminKeyGuard } from './admin-key.guard';
+import { AdminGuard } from './admin/admin.guard';
 import { AppModule, SAMPLE_DATABASE } from './app.module';
 
 /** What the sample reads from the environment, printed in its banner. */
@@ -49,8 +49,8 @@ async function bootstrap(): Promise<void> {
       `  POST /players {"name":"ada"}            create a player (+ player.created event)`,
       `  POST /players/:id/points {"points":5}    with header Idempotency-Key: <any id> (applied once)`,
       `  GET  /players, GET /outbox-stats`,
-      `  GET  /outbox/stats, /outbox/dead-letters  with header x-admin-key: ${AdminKeyGuard.key}`,
-      `Dashboard: ${url}/outbox/ui with header x-admin-key: ${AdminKeyGuard.key} (a header-setting browser extension or a proxy)`,
+      `  GET  /outbox/stats, /outbox/dead-letters  with header x-admin-key: ${AdminGuard.key}`,
+      `Dashboard: ${url}/admin/sign-in (admin key ${AdminGuard.key}), then ${url}/outbox/ui`,
       'Environment:',
       ...ENVIRONMENT.map(([name, what]) => `  ${name.padEnd(18)} ${what}`),
     ].join('\n'),

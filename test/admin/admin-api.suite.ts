@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { OutboxStoreOptions } from 'nestjs-outbox';
 import { Response } from 'supertest';
-import { AdminApp, API_KEY, createAdminApp, seed, snapshot } from './admin-app';
+import { AdminApp, AdminPlatform, API_KEY, createAdminApp, seed, snapshot } from './admin-app';
 
 /** A store to run the admin suite against. */
 export interface AdminStoreHarness {
@@ -9,6 +9,8 @@ export interface AdminStoreHarness {
   store(): Promise<OutboxStoreOptions>;
   /** Moves the store clock forward enough that later dead letters get a later `deadAt`. */
   advance(): Promise<void>;
+  /** The HTTP platform of the apps. @default 'express' */
+  platform?: AdminPlatform;
 }
 
 interface Item {
@@ -27,14 +29,28 @@ const key = { 'x-api-key': API_KEY };
 const write = { ...key, 'Content-Type': 'application/json' };
 
 /** The admin HTTP API against one store. */
-export function describeAdminApi(
-  harness: AdminStoreHarness,
-  platform: 'express' | 'fastify' = 'express',
-): void {
+export function describeAdminApi(harness: AdminStoreHarness): void {
   let t: AdminApp | undefined;
+  const fastify = harness.platform === 'fastify';
+  // A state-changing call with nothing to say. Fastify's JSON parser refuses an empty body with
+  // `Content-Type: application/json` before any route runs (docs/admin.md, Fastify), so there the
+  // call sends `{}`; Express reads an empty body as none.
+  const noBody = fastify ? {} : undefined;
+  /**
+   * Requests Fastify itself answers before the admin routes run (an empty JSON body, a media
+   * type it has no parser for, a `__proto__` key, a NUL in the path): the status is the same as
+   * on Express, the body and headers are Fastify's own.
+   */
+  const answeredByFastify = new Set([
+    'replay with no body',
+    'a multipart replay',
+    'a JSON Patch document',
+    '__proto__',
+  ]);
+  const ownAnswer = (name: string) => fastify && answeredByFastify.has(name);
 
   async function open(): Promise<AdminApp> {
-    t = await createAdminApp({ store: await harness.store(), platform });
+    t = await createAdminApp({ store: await harness.store(), platform: harness.platform });
     return t;
   }
 
@@ -73,7 +89,7 @@ export function describeAdminApi(
     let boundary: string;
 
     beforeAll(async () => {
-      a = await createAdminApp({ store: await harness.store(), platform });
+      a = await createAdminApp({ store: await harness.store(), platform: harness.platform });
       await seed(a, { orders: 130, users: 0 });
       await harness.advance();
       await seed(a, { orders: 0, users: 20, from: 1000 });
@@ -232,6 +248,7 @@ export function describeAdminApi(
       const res = await a.http
         .post(`/outbox/dead-letters/${first.id}/replay`)
         .set(write)
+        .send(noBody)
         .expect(200);
       expect(res.body).toEqual({ replayed: 1 });
       expect(res.headers['cache-control']).toBe('no-store');
@@ -286,6 +303,7 @@ export function describeAdminApi(
       await a.http
         .post(`/outbox/dead-letters/${upper(fourth.id)}/replay`)
         .set(write)
+        .send(noBody)
         .expect(200, { replayed: 1 });
       expect(await a.store.stats()).toMatchObject({ dead: 0, pending: 3 });
     });
@@ -334,10 +352,18 @@ export function describeAdminApi(
       await seed(a, { orders: 4, users: 3 });
       const items = await listAll(a);
       expect(items).toHaveLength(11);
-      const one = await a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(write).expect(200);
+      const one = await a.http
+        .delete(`/outbox/dead-letters/${items[0].id}`)
+        .set(write)
+        .send(noBody)
+        .expect(200);
       expect(one.body).toEqual({ purged: 1 });
       await a.http.get(`/outbox/dead-letters/${items[0].id}`).set(key).expect(404);
-      await a.http.delete(`/outbox/dead-letters/${items[0].id}`).set(write).expect(404);
+      await a.http
+        .delete(`/outbox/dead-letters/${items[0].id}`)
+        .set(write)
+        .send(noBody)
+        .expect(404);
       const purge = jest.spyOn(a.store, 'purge');
       const some = await a.http
         .post('/outbox/dead-letters/purge')
@@ -387,7 +413,7 @@ export function describeAdminApi(
     let before: unknown;
 
     beforeAll(async () => {
-      a = await createAdminApp({ store: await harness.store(), platform });
+      a = await createAdminApp({ store: await harness.store(), platform: harness.platform });
       await seed(a, { orders: 3, users: 2 });
       items = await listAll(a);
       before = await snapshot(a);
@@ -431,23 +457,23 @@ export function describeAdminApi(
       [
         'a malformed id on replay',
         400,
-        (a) => a.http.post('/outbox/dead-letters/123/replay').set(write),
+        (a) => a.http.post('/outbox/dead-letters/123/replay').set(write).send(noBody),
       ],
       [
         'a malformed id on delete',
         400,
-        (a) => a.http.delete("/outbox/dead-letters/1'%20OR%201=1").set(write),
+        (a) => a.http.delete("/outbox/dead-letters/1'%20OR%201=1").set(write).send(noBody),
       ],
       ['an unknown id', 404, (a) => a.http.get(`/outbox/dead-letters/${randomUUID()}`).set(key)],
       [
         'an unknown id on replay',
         404,
-        (a) => a.http.post(`/outbox/dead-letters/${randomUUID()}/replay`).set(write),
+        (a) => a.http.post(`/outbox/dead-letters/${randomUUID()}/replay`).set(write).send(noBody),
       ],
       [
         'an unknown id on delete',
         404,
-        (a) => a.http.delete(`/outbox/dead-letters/${randomUUID()}`).set(write),
+        (a) => a.http.delete(`/outbox/dead-letters/${randomUUID()}`).set(write).send(noBody),
       ],
       ['limit above the max', 400, (a) => a.http.get('/outbox/dead-letters?limit=101').set(key)],
       ['limit 0', 400, (a) => a.http.get('/outbox/dead-letters?limit=0').set(key)],
@@ -767,8 +793,8 @@ export function describeAdminApi(
     it('names the id when a path id is not a UUID, on every route that takes one', async () => {
       for (const res of [
         await a.http.get('/outbox/dead-letters/not-a-uuid').set(key),
-        await a.http.post('/outbox/dead-letters/123/replay').set(write),
-        await a.http.delete('/outbox/dead-letters/%E2%80%8B').set(write),
+        await a.http.post('/outbox/dead-letters/123/replay').set(write).send(noBody),
+        await a.http.delete('/outbox/dead-letters/%E2%80%8B').set(write).send(noBody),
       ]) {
         expect({ status: res.status, message: res.body.message }).toEqual({
           status: 400,
@@ -783,6 +809,7 @@ export function describeAdminApi(
         status: 400,
         body: { statusCode: 400, message: expect.anything() },
       });
+      if (ownAnswer(field)) return;
       expect(res.headers['cache-control']).toBe('no-store');
       expect(JSON.stringify(res.body.message)).toContain(field);
     });
@@ -863,8 +890,12 @@ export function describeAdminApi(
       ],
     ];
 
-    it.each(unsupported)('answers %s with 415', async (_name, call) => {
+    it.each(unsupported)('answers %s with 415', async (name, call) => {
       const res = await call(a);
+      if (ownAnswer(name)) {
+        expect(res.status).toBe(415);
+        return;
+      }
       expect({ status: res.status, body: res.body }).toEqual({
         status: 415,
         body: {
@@ -932,7 +963,7 @@ export function describeAdminApi(
       [
         'a single replay with a NUL in the path id',
         'id',
-        (a) => a.http.post(`/outbox/dead-letters/${items[0].id}%00/replay`).set(write),
+        (a) => a.http.post(`/outbox/dead-letters/${items[0].id}%00/replay`).set(write).send(noBody),
       ],
       [
         'a get with a NUL in the path id',
@@ -956,9 +987,10 @@ export function describeAdminApi(
       expect(JSON.stringify(res.body.message)).toContain(field);
     });
 
-    it.each(bad)('answers %s with %i', async (_name, status, call) => {
+    it.each(bad)('answers %s with %i', async (name, status, call) => {
       const res = await call(a);
       expect(res.status).toBe(status);
+      if (ownAnswer(name)) return;
       expect(res.headers['cache-control']).toBe('no-store');
       expect(res.body).toMatchObject({ statusCode: status, message: expect.anything() });
       expect(JSON.stringify(res.body)).not.toMatch(

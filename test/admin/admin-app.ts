@@ -7,7 +7,7 @@ import {
   Module,
   Type,
 } from '@nestjs/common';
-import { AbstractHttpAdapter } from '@nestjs/core';
+import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import {
@@ -104,20 +104,16 @@ export interface AdminAppOptions {
   imports?: Array<DynamicModule | Type>;
   outboxGlobal?: boolean;
   rawBody?: boolean;
+  /** The HTTP platform the app runs on. @default 'express' */
+  platform?: AdminPlatform;
   /** More providers (handlers) beside the default ones. */
   providers?: Type[];
-  /** HTTP platform of the app. @default 'express' */
-  platform?: 'express' | 'fastify';
   /** The `errorStacks` option of `OutboxModule.forRoot`. */
   errorStacks?: boolean | { lines?: number; maxLength?: number };
 }
 
-/** Loaded only by Fastify tests: `@nestjs/platform-fastify` is a dev dependency. */
-function fastifyAdapter(): AbstractHttpAdapter {
-  const { FastifyAdapter } =
-    require('@nestjs/platform-fastify') as typeof import('@nestjs/platform-fastify');
-  return new FastifyAdapter();
-}
+/** The two HTTP platforms Nest ships; the admin routes and the page must work on both. */
+export type AdminPlatform = 'express' | 'fastify';
 
 export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp> {
   const moduleRef = await Test.createTestingModule({
@@ -136,15 +132,15 @@ export async function createAdminApp(options: AdminAppOptions): Promise<AdminApp
   }).compile();
   const app =
     options.platform === 'fastify'
-      ? moduleRef.createNestApplication(fastifyAdapter(), {
+      ? moduleRef.createNestApplication<NestFastifyApplication>(new FastifyAdapter(), {
           logger: false,
           rawBody: options.rawBody,
         })
       : moduleRef.createNestApplication({ logger: false, rawBody: options.rawBody });
   await app.init();
-  if (options.platform === 'fastify') {
-    await (app.getHttpAdapter().getInstance() as { ready(): Promise<unknown> }).ready();
-  }
+  // Fastify takes routes until `ready()`; supertest needs the server it serves them from.
+  if (options.platform === 'fastify')
+    await (app as NestFastifyApplication).getHttpAdapter().getInstance().ready();
   return {
     app,
     http: request(app.getHttpServer()),

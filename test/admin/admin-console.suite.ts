@@ -54,16 +54,13 @@ const NEW_ROUTES: Array<[string, string]> = [
 ];
 
 /** The console routes of the admin API (issue 28) against one store. */
-export function describeAdminConsole(
-  harness: AdminStoreHarness,
-  platform: 'express' | 'fastify' = 'express',
-): void {
+export function describeAdminConsole(harness: AdminStoreHarness): void {
   let t: AdminApp | undefined;
   async function open(): Promise<AdminApp> {
     t = await createAdminApp({
       store: await harness.store(),
+      platform: harness.platform,
       providers: [Stock, Payments, Audit],
-      platform,
     });
     return t;
   }

@@ -39,6 +39,8 @@ const FILES: Readonly<Record<string, string>> = {
   'dashboard.html': 'text/html; charset=utf-8',
   'dashboard.css': 'text/css; charset=utf-8',
   'dashboard.js': 'text/javascript; charset=utf-8',
+  // Linked from the page, so the browser asks for it instead of a /favicon.ico the app lacks.
+  'favicon.svg': 'image/svg+xml; charset=utf-8',
 };
 
 /**

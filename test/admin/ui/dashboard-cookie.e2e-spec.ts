@@ -21,8 +21,8 @@ function loadReadmeSnippet(): { DashboardAppModule: Type; dir: string } {
   const guide = readFileSync(join(root, 'docs', 'admin.md'), 'utf8');
   const snippet = [...guide.matchAll(/```ts\n([\s\S]*?)```/g)]
     .map((m) => m[1])
-    .find((code) => code.includes('class AdminKeyOrCookieGuard'));
-  if (!snippet) throw new Error('docs/admin.md has no AdminKeyOrCookieGuard snippet');
+    .find((code) => code.includes('class AdminKeyOrSessionGuard'));
+  if (!snippet) throw new Error('docs/admin.md has no AdminKeyOrSessionGuard snippet');
   const dir = mkdtempSync(join(root, 'test', '.readme-ui-'));
   writeFileSync(join(dir, 'dashboard-snippet.ts'), snippet);
   const loaded = require(join(dir, 'dashboard-snippet.ts')) as { DashboardAppModule: Type };
@@ -40,7 +40,7 @@ class Mailer {
   }
 }
 
-describeWithBrowser('Dashboard behind the cookie guard of docs/admin.md', () => {
+describeWithBrowser('Dashboard behind the sign-in form and session guard of docs/admin.md', () => {
   const KEY = 'readme-dashboard-key';
   let app: INestApplication;
   let url: string;
@@ -72,16 +72,24 @@ describeWithBrowser('Dashboard behind the cookie guard of docs/admin.md', () => 
     delete process.env.OUTBOX_ADMIN_KEY;
   });
 
-  it('a browser with the app-issued cookie uses the page, replays included', async () => {
+  it('a plain browser signs in through the form and uses the page, replays included', async () => {
     const context = await browser.newContext({ timezoneId: 'UTC' });
     context.setDefaultTimeout(10_000);
     try {
-      await context.addCookies([
-        { name: 'outbox_admin', value: KEY, url, httpOnly: true, sameSite: 'Strict' },
-      ]);
       const page = await context.newPage();
-      const response = await page.goto(`${url}/outbox/ui#/dead-letters`);
-      expect(response?.status()).toBe(200);
+      expect((await page.goto(`${url}/outbox/ui`))?.status()).toBe(403);
+      await page.goto(`${url}/admin/sign-in`);
+      await page.locator('input[name=key]').fill('wrong');
+      await page.locator('button[type=submit]').click();
+      await page.locator('[role=alert]').waitFor();
+      await page.locator('input[name=key]').fill(KEY);
+      await Promise.all([
+        page.waitForURL(`${url}/outbox/ui`),
+        page.locator('button[type=submit]').click(),
+      ]);
+      const session = (await context.cookies()).find((c) => c.name === 'outbox_session');
+      expect(session).toMatchObject({ httpOnly: true, sameSite: 'Strict', secure: false });
+      await page.goto(`${url}/outbox/ui#/dead-letters`);
       const row = page.locator('#dead-letters tbody tr');
       await row.first().waitFor();
       expect(await row.count()).toBe(1);
@@ -100,12 +108,35 @@ describeWithBrowser('Dashboard behind the cookie guard of docs/admin.md', () => 
     }
   });
 
-  it('is refused without the cookie, or with a wrong one; the proxy header works too', async () => {
+  it('refuses a sign-in whose form token is missing or that comes from another origin', async () => {
+    const context = await browser.newContext();
+    try {
+      const forged = await context.request.post(`${url}/admin/sign-in`, {
+        form: { key: KEY, csrf: 'guessed' },
+        maxRedirects: 0,
+      });
+      expect(forged.status()).toBe(403);
+      const page = await context.newPage();
+      await page.goto(`${url}/admin/sign-in`);
+      const csrf = await page.locator('input[name=csrf]').inputValue();
+      const crossSite = await context.request.post(`${url}/admin/sign-in`, {
+        form: { key: KEY, csrf },
+        headers: { origin: 'https://evil.example' },
+        maxRedirects: 0,
+      });
+      expect(crossSite.status()).toBe(403);
+      expect((await context.cookies()).map((c) => c.name)).not.toContain('outbox_session');
+    } finally {
+      await context.close();
+    }
+  });
+
+  it('is refused without a session, or with a made-up one; the proxy header works too', async () => {
     const context = await browser.newContext();
     try {
       const page = await context.newPage();
       expect((await page.goto(`${url}/outbox/ui`))?.status()).toBe(403);
-      await context.addCookies([{ name: 'outbox_admin', value: 'nope', url }]);
+      await context.addCookies([{ name: 'outbox_session', value: 'nope', url }]);
       expect((await page.goto(`${url}/outbox/ui`))?.status()).toBe(403);
       const viaProxy = await context.request.get(`${url}/outbox/ui`, {
         headers: { 'x-admin-key': KEY },
@@ -119,9 +150,9 @@ describeWithBrowser('Dashboard behind the cookie guard of docs/admin.md', () => 
   it('a malformed cookie (bad percent-encoding) is refused with 403, not a 500', async () => {
     const context = await browser.newContext();
     try {
-      for (const value of ['%E0%A4%A', '%zz', `${encodeURIComponent(KEY)}%`]) {
+      for (const value of ['%E0%A4%A', '%zz', `${encodeURIComponent(KEY)}%`, KEY]) {
         const response = await context.request.get(`${url}/outbox/ui`, {
-          headers: { cookie: `outbox_admin=${value}` },
+          headers: { cookie: `outbox_session=${value}` },
         });
         expect([value, response.status()]).toEqual([value, 403]);
       }

@@ -39,13 +39,25 @@ describe('OutboxAdminModule dashboard (ui: true)', () => {
     await t.http.get('/outbox/stats').set(key).expect(200);
   });
 
-  it.each([
-    ['ui', 'text/html; charset=utf-8', 'dashboard.html'],
-    ['ui/dashboard.js', 'text/javascript; charset=utf-8', 'dashboard.js'],
-    ['ui/dashboard.css', 'text/css; charset=utf-8', 'dashboard.css'],
-  ])('serves %s with its type, no-store and the CSP', async (path, type, file) => {
-    t = await createAdminApp({ store: memory(), admin: withUi() });
-    const res = await t.http.get(`/outbox/${path}`).set(key).expect(200);
+  it.each(
+    (['express', 'fastify'] as const).flatMap((platform) => [
+      [platform, 'ui', 'text/html; charset=utf-8', 'dashboard.html'],
+      [platform, 'ui/dashboard.js', 'text/javascript; charset=utf-8', 'dashboard.js'],
+      [platform, 'ui/dashboard.css', 'text/css; charset=utf-8', 'dashboard.css'],
+      [platform, 'ui/favicon.svg', 'image/svg+xml; charset=utf-8', 'favicon.svg'],
+    ]),
+  )('on %s, serves %s with its type, no-store and the CSP', async (platform, path, type, file) => {
+    t = await createAdminApp({ store: memory(), admin: withUi(), platform });
+    const res = await t.http
+      .get(`/outbox/${path}`)
+      .set(key)
+      .buffer(true)
+      .parse((r, done) => {
+        let text = '';
+        r.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+        r.on('end', () => done(null, text));
+      })
+      .expect(200);
     expect(res.headers['content-type']).toBe(type);
     expect(res.headers['cache-control']).toBe('no-store');
     expect(res.headers['x-content-type-options']).toBe('nosniff');
@@ -54,7 +66,20 @@ describe('OutboxAdminModule dashboard (ui: true)', () => {
       "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
         "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     );
-    expect(res.text).toBe(readFileSync(join(ASSETS, file), 'utf8'));
+    expect(res.body).toBe(readFileSync(join(ASSETS, file), 'utf8'));
+    await t.http.get(`/outbox/${path}`).expect(403);
+  });
+
+  it('redirects ui/ to ../ui with a relative Location', async () => {
+    t = await createAdminApp({ store: memory(), admin: withUi() });
+    const res = await t.http.get('/outbox/ui/').set(key).expect(308);
+    expect(res.headers.location).toBe('../ui');
+  });
+
+  it('on Fastify, ui/ is a 404 (its router keeps the trailing slash; docs/admin.md)', async () => {
+    t = await createAdminApp({ store: memory(), admin: withUi(), platform: 'fastify' });
+    await t.http.get('/outbox/ui/').set(key).expect(404);
+    await t.http.get('/outbox/ui').set(key).expect(200);
   });
 
   it.each(['ui', 'ui/dashboard.js', 'ui/dashboard.css', 'ui/', 'ui/nothing.txt'])(
@@ -111,7 +136,7 @@ describe('OutboxAdminModule dashboard (ui: true)', () => {
     });
     const page = (await t.http.get('/internal/ops/outbox/ui').set(key).expect(200)).text;
     const refs = [...page.matchAll(/(?:src|href)="([^"#]+)"/g)].map((m) => m[1]);
-    expect(refs.sort()).toEqual(['ui/dashboard.css', 'ui/dashboard.js']);
+    expect(refs.sort()).toEqual(['ui/dashboard.css', 'ui/dashboard.js', 'ui/favicon.svg']);
     for (const ref of refs) {
       const path = new URL(ref, 'http://h/internal/ops/outbox/ui').pathname;
       await t.http.get(path).set(key).expect(200);

@@ -12,7 +12,7 @@ import request from 'supertest';
 describe('dashboard in the built package', () => {
   const root = resolve(__dirname, '../../..');
   const assets = join(root, 'lib/admin/ui/assets');
-  const files = ['dashboard.html', 'dashboard.js', 'dashboard.css'];
+  const files = ['dashboard.html', 'dashboard.js', 'dashboard.css', 'favicon.svg'];
 
   beforeAll(() => {
     execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'pipe', timeout: 180_000 });
@@ -51,10 +51,21 @@ describe('dashboard in the built package', () => {
         'dashboard.html': '/outbox/ui',
         'dashboard.js': '/outbox/ui/dashboard.js',
         'dashboard.css': '/outbox/ui/dashboard.css',
+        'favicon.svg': '/outbox/ui/favicon.svg',
       };
       for (const file of files) {
-        const res = await http.get(paths[file]).set('k', 'v').expect(200);
-        expect(res.text).toBe(readFileSync(join(assets, file), 'utf8'));
+        // Read as text whatever the type (supertest buffers image/svg+xml as bytes).
+        const res = await http
+          .get(paths[file])
+          .set('k', 'v')
+          .buffer(true)
+          .parse((r, done) => {
+            let text = '';
+            r.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+            r.on('end', () => done(null, text));
+          })
+          .expect(200);
+        expect(res.body).toBe(readFileSync(join(assets, file), 'utf8'));
         expect(res.headers['content-security-policy']).toContain("script-src 'self'");
         await http.get(paths[file]).expect(403);
       }
