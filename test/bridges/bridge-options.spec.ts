@@ -100,6 +100,19 @@ describe('bridge options: bad input names the field', () => {
     await expect(boot([BadOptions])).rejects.toThrow('maxAttempts');
   });
 
+  it('@OutboxedHandler inbox must be a boolean or { consumer }', async () => {
+    @OutboxedEvent({ type: 'order.inboxed' })
+    class OrderInboxed {}
+    @EventsHandler(OrderInboxed)
+    @OutboxedHandler({ inbox: { consumer: '' } })
+    class Handler implements IEventHandler {
+      handle(): void {}
+    }
+    await expect(boot([Handler], true)).rejects.toThrow(
+      '"@OutboxedHandler inbox on Handler": expected true, false or { consumer: string }',
+    );
+  });
+
   it('refuses batch options on bridge handlers, which take one event a call', async () => {
     @OutboxedEvent({ type: 'order.batched' })
     class OrderBatched {}

@@ -27,6 +27,7 @@ import {
   OutboxCqrsModule,
   OutboxDispatcher,
   OutboxedEvent,
+  InboxContext,
   OutboxedHandler,
   OutboxModule,
   OutboxStore,
@@ -45,6 +46,22 @@ class OrderPlaced {
 
   describe(): string {
     return `${this.orderId}=${this.total}`;
+  }
+}
+
+/** Rows the inbox-wrapped handler wrote through the inbox transaction: table name per run. */
+const ledger = { table: '', param: '?' };
+
+@EventsHandler(OrderPlaced)
+@OutboxedHandler({ name: 'ledger', inbox: true })
+class Ledger implements IEventHandler<OrderPlaced> {
+  constructor(private readonly inbox: InboxContext) {}
+
+  async handle(event: OrderPlaced): Promise<void> {
+    await this.inbox.manager.query(
+      `INSERT INTO ${ledger.table} (order_id, message_id) VALUES (${ledger.param}, ${ledger.param.replace('1', '2')})`,
+      [event.orderId, this.inbox.messageId],
+    );
   }
 }
 
@@ -111,6 +128,7 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
         ? { type: 'better-sqlite3', database: join(dir, 'test.db') }
         : dataSourceOptions('postgres');
     const param = dialect === 'postgres' ? '$1' : '?';
+    const LEDGER = `${prefix}ledger`;
 
     @Injectable()
     class Orders {
@@ -184,7 +202,7 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
           }),
           OutboxCqrsModule.forRoot(),
         ],
-        providers: [Orders, Mailer, Auditor, Shipping],
+        providers: [Orders, Mailer, Auditor, Shipping, Ledger],
       })
       class CqrsApp {}
       const moduleRef = await Test.createTestingModule({ imports: [CqrsApp] }).compile();
@@ -192,6 +210,11 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
       await app
         .get(DataSource)
         .query(`CREATE TABLE IF NOT EXISTS ${ORDERS} (id varchar(64) PRIMARY KEY)`);
+      await app
+        .get(DataSource)
+        .query(
+          `CREATE TABLE IF NOT EXISTS ${LEDGER} (order_id varchar(64) NOT NULL, message_id varchar(64) NOT NULL)`,
+        );
       await app.init();
       apps.push(app);
       return app;
@@ -205,6 +228,8 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
     const ids = (list: { orderId: string }[]) => list.map((e) => e.orderId);
 
     beforeAll(async () => {
+      ledger.table = LEDGER;
+      ledger.param = param;
       for (const list of Object.values(seen)) list.length = 0;
       attempts.clear();
       app = await start();
@@ -259,6 +284,7 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
       expect(app.get(OutboxHandlerRegistry).handlerNamesFor('order.placed').sort()).toEqual([
         'Mailer.handle',
         'auditor',
+        'ledger',
       ]);
     });
 
@@ -271,6 +297,34 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
       await drain();
       expect(ids(seen.mailer).filter((id) => id.startsWith('nested-'))).toEqual(['nested-ok']);
       expect(await exists('nested-rb')).toBe(false);
+    });
+
+    it('@OutboxedHandler({ inbox: true }) writes in the inbox transaction, and a redelivered event has no second effect', async () => {
+      await app.get(Orders).place('inbox-1', 4);
+      await drain();
+      const rows = async () =>
+        (await app
+          .get(DataSource)
+          .query(`SELECT message_id FROM ${LEDGER} WHERE order_id = ${param}`, ['inbox-1'])) as {
+          message_id: string;
+        }[];
+      expect(await rows()).toHaveLength(1);
+      // The dispatcher delivering the same event again (a lease lost after the commit, a
+      // replay): the handler entry it calls finds the inbox record and does nothing.
+      const [first] = await rows();
+      const again = {
+        id: first.message_id,
+        type: 'order.placed',
+        key: 'inbox-1',
+        payload: { orderId: 'inbox-1', total: 4 },
+        headers: { 'event-version': '2' },
+        occurredAt: new Date(),
+        availableAt: new Date(),
+      };
+      const entry = app.get(OutboxHandlerRegistry).get('ledger')!;
+      await entry.invoke(again as never, {} as never);
+      await entry.invoke(again as never, {} as never);
+      expect(await rows()).toHaveLength(1);
     });
 
     it('an event committed before a restart is delivered by the next app, once', async () => {

@@ -6,6 +6,8 @@ import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import type { OutboxEvent, OutboxEventInput } from '../../interfaces/outbox-event.interface';
 import { OutboxHandlerRegistry } from '../../outbox-handler.registry';
 import { OutboxService } from '../../outbox.service';
+import { InboxService } from '../../inbox/inbox.service';
+import { runInInboxScope } from '../../inbox/inbox.context';
 import { OutboxMessages } from '../../outbox.messages';
 import { assertInstalled } from '../../optional-peers';
 import type { ResolvedOutboxOptions } from '../../interfaces/outbox-module-options.interface';
@@ -137,9 +139,11 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
       }
       for (const spec of specs) this.remember(spec);
       const handler = wrapper.instance as IEventHandler;
-      const options = handlerOptions(metatype, source);
+      const { inbox, ...options } = handlerOptions(metatype, source);
+      const name = options.name ?? source;
+      const handle = (event: OutboxEvent) => handler.handle(this.instanceOf(event));
       registry.register({
-        name: options.name ?? source,
+        name,
         types: [...new Set(specs.map((s) => s.type))],
         source,
         maxAttempts: options.maxAttempts,
@@ -153,10 +157,28 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
               ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,
-        invoke: async (event: OutboxEvent) => handler.handle(this.instanceOf(event)),
+        invoke: inbox ? this.inInbox(inboxConsumer(inbox, name), handle) : async (e) => handle(e),
       });
     }
   }
+
+  /**
+   * `handle` in an inbox transaction keyed by (consumer, event id), as `@Inbox()` runs an outbox
+   * handler: a redelivered event finds its record and is acknowledged without a second effect.
+   */
+  private inInbox(
+    consumer: string,
+    handle: (event: OutboxEvent) => unknown,
+  ): (event: OutboxEvent) => Promise<unknown> {
+    return async (event) => {
+      this.inbox ??= this.get<InboxService>(InboxService, 'OutboxModule.forRoot()');
+      await this.inbox.run({ consumer, messageId: event.id }, (tx, client) =>
+        runInInboxScope({ tx, client, consumer, messageId: event.id }, async () => handle(event)),
+      );
+    };
+  }
+
+  private inbox: InboxService | undefined;
 
   /** One class per type name: two classes under one name would be rebuilt as the wrong one. */
   private remember(spec: OutboxedEventSpec): void {
@@ -191,6 +213,10 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
 }
 
 /** The validated `@OutboxedHandler()` options of an `@EventsHandler` class, or none. */
+function inboxConsumer(inbox: true | { consumer?: string }, name: string): string {
+  return inbox === true ? name : (inbox.consumer ?? name);
+}
+
 function handlerOptions(metatype: Function, source: string): OutboxedHandlerOptions {
   const options: OutboxedHandlerOptions | undefined = Reflect.getOwnMetadata(
     OUTBOXED_HANDLER_METADATA,
@@ -209,5 +235,20 @@ function handlerOptions(metatype: Function, source: string): OutboxedHandlerOpti
       'not supported on @EventsHandler classes (they take one event); use @OutboxHandler(type, { batch }) for batch handlers',
     );
   }
-  return mergeOptions(source, [options]);
+  const { inbox, ...rest } = options ?? {};
+  if (
+    inbox !== undefined &&
+    typeof inbox !== 'boolean' &&
+    (typeof inbox !== 'object' ||
+      inbox === null ||
+      Object.keys(inbox).some((k) => k !== 'consumer') ||
+      (inbox.consumer !== undefined &&
+        (typeof inbox.consumer !== 'string' || inbox.consumer.length === 0)))
+  ) {
+    throw new OutboxOptionsError(
+      `@OutboxedHandler inbox on ${metatype.name}`,
+      'expected true, false or { consumer: string }',
+    );
+  }
+  return { ...mergeOptions(source, [rest]), inbox };
 }
