@@ -1,6 +1,7 @@
 import { OutboxEvent } from '../interfaces/outbox-event.interface';
 import { OutboxBatchContext } from '../interfaces/outbox-handler.interface';
 import { RegisteredHandler } from '../outbox-handler.registry';
+import { HandlerCall } from './handler-call';
 import { Slot } from './run-slot';
 
 /** Who a batch run tells that it ended: the runs (`HandlerRuns`). */
@@ -14,55 +15,20 @@ export interface BatchOwner {
  * and reported on its own — while the run holds what the call shares: one handler slot, one
  * timeout, one signal. It is interrupted as a whole (timeout, a lost lease, shutdown).
  */
-export class BatchRun {
+export class BatchRun extends HandlerCall {
   readonly events: OutboxEvent[];
-  deadline = Infinity;
-  timeoutMs = 0;
-  startedAt = 0;
-  started = 0;
-  finished = false;
-  interruptedBy: unknown = undefined;
-  controller: AbortController | null = null;
-  invocation: Promise<unknown> | null = null;
-  /** The batch's span, when tracing is on. */
-  span: unknown = null;
-  private doneWait: { promise: Promise<void>; resolve: () => void } | null = null;
 
   constructor(
     private readonly owner: BatchOwner,
     readonly slots: Slot[],
     readonly handler: RegisteredHandler,
   ) {
+    super();
     this.events = slots.map((s) => s.delivery.event);
   }
 
-  /** Stops the call from outside: every delivery of the batch ends with `reason`. */
-  interrupt(reason: unknown): void {
-    if (this.interruptedBy !== undefined || this.finished) return;
-    this.interruptedBy = reason;
-    this.controller?.abort(reason);
-    queueMicrotask(() => this.owner.finishBatch(this, reason, true));
-  }
-
-  done(): Promise<void> {
-    if (this.finished && this.doneWait === null) return Promise.resolve();
-    if (!this.doneWait) {
-      let resolve!: () => void;
-      const promise = new Promise<void>((r) => (resolve = r));
-      this.doneWait = { promise, resolve };
-    }
-    return this.doneWait.promise;
-  }
-
-  settleDone(): void {
-    this.doneWait?.resolve();
-  }
-
-  signal(): AbortSignal {
-    this.controller ??= new AbortController();
-    if (this.interruptedBy !== undefined && !this.controller.signal.aborted)
-      this.controller.abort(this.interruptedBy);
-    return this.controller.signal;
+  protected end(reason: unknown): void {
+    this.owner.finishBatch(this, reason, true);
   }
 }
 

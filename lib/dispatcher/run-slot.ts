@@ -2,6 +2,7 @@ import { LeaseLostError } from '../errors/lease-lost.error';
 import { OutboxHandlerContext } from '../interfaces/outbox-handler.interface';
 import { ClaimedDelivery, Lease } from '../interfaces/outbox-store.interface';
 import { RegisteredHandler } from '../outbox-handler.registry';
+import { HandlerCall } from './handler-call';
 import { KeptLease } from './lease-keeper';
 import { PendingAck } from './outcome-reporter';
 
@@ -35,7 +36,7 @@ export interface SlotOwner {
  * and the pending ack the reporter batches (`PendingAck`), so a delivery allocates no closures
  * and, besides the handler's own, no promises of its own.
  */
-export class Slot implements KeptLease, PendingAck, RunTiming {
+export class Slot extends HandlerCall implements KeptLease, PendingAck, RunTiming {
   /** Replaced by each renewal. */
   lease: Lease;
   /** Set by the keeper. */
@@ -43,62 +44,26 @@ export class Slot implements KeptLease, PendingAck, RunTiming {
   renewing = false;
   /** Running: in `runs`, its handler called. */
   running = false;
-  /** Its run ended (handler settled or interrupted); later settlements are ignored. */
-  finished = false;
-  /** When the handler started: epoch ms (for lag) and monotonic (for its duration). */
-  startedAt = 0;
-  started = 0;
   durationMs = 0;
-  /** Monotonic local time (`performance.now()`) after which the handler counts as timed out. */
-  deadline = Infinity;
-  timeoutMs = 0;
-  /** Created on first use of `context.signal`: most handlers never read it. */
-  controller: AbortController | null = null;
-  /** Why the run was stopped from outside (timeout, lease loss, shutdown). */
-  interruptedBy: unknown = undefined;
-  invocation: Promise<unknown> | null = null;
-  /** The handler's span, when tracing is on (ended when the handler settles). */
-  span: unknown = null;
   /** The batch call it runs in, for a batch handler's delivery (`BatchRun`). */
   batch: SlotBatch | null = null;
-  /** `done()`'s promise, made only when something waits for the run (drain, shutdown). */
-  private doneWait: { promise: Promise<void>; resolve: () => void } | null = null;
 
   constructor(
     private readonly owner: SlotOwner,
     readonly delivery: ClaimedDelivery,
     readonly handler: RegisteredHandler,
   ) {
+    super();
     this.lease = delivery.lease;
+  }
+
+  protected end(reason: unknown): void {
+    this.owner.finish(this, reason, true);
   }
 
   /** The keeper could not keep the lease. */
   lose(error: LeaseLostError): void {
     this.owner.lost(this, error);
-  }
-
-  /** Stops the run from outside: it ends at once with `reason` as its failure. */
-  interrupt(reason: unknown): void {
-    if (this.interruptedBy !== undefined || this.finished) return;
-    this.interruptedBy = reason;
-    this.controller?.abort(reason);
-    // As a rejection would: after the current job, so a loop interrupting runs is not reentered.
-    queueMicrotask(() => this.owner.finish(this, reason, true));
-  }
-
-  /** Settles once the run ended and its outcome was handed to the reporter. */
-  done(): Promise<void> {
-    if (this.finished && this.doneWait === null) return Promise.resolve();
-    if (!this.doneWait) {
-      let resolve!: () => void;
-      const promise = new Promise<void>((r) => (resolve = r));
-      this.doneWait = { promise, resolve };
-    }
-    return this.doneWait.promise;
-  }
-
-  settleDone(): void {
-    this.doneWait?.resolve();
   }
 
   /** The ack was written (`PendingAck`). */
@@ -136,11 +101,7 @@ export class RunContext implements OutboxHandlerContext {
   }
 
   static signalOf(context: RunContext): AbortSignal {
-    const slot = context.#slot;
-    slot.controller ??= new AbortController();
-    if (slot.interruptedBy !== undefined && !slot.controller.signal.aborted)
-      slot.controller.abort(slot.interruptedBy);
-    return slot.controller.signal;
+    return context.#slot.signal();
   }
 }
 
