@@ -113,6 +113,18 @@ describe('bridge options: bad input names the field', () => {
     );
   });
 
+  it('@OutboxListener inbox must be a boolean or { consumer }', async () => {
+    @Injectable()
+    class BadInbox {
+      @OnEvent('order.placed')
+      @OutboxListener({ inbox: 'yes' as never })
+      handle(): void {}
+    }
+    await expect(boot([BadInbox])).rejects.toThrow(
+      '"@OutboxListener inbox on BadInbox.handle": expected true, false or { consumer: string }',
+    );
+  });
+
   it('refuses batch options on bridge handlers, which take one event a call', async () => {
     @OutboxedEvent({ type: 'order.batched' })
     class OrderBatched {}

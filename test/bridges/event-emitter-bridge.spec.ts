@@ -8,6 +8,7 @@ import { Test } from '@nestjs/testing';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource, DataSourceOptions } from 'typeorm';
 import {
+  InboxContext,
   OUTBOX_STORE,
   OutboxDispatcher,
   OutboxEvent,
@@ -50,6 +51,23 @@ class Listeners {
   }
 }
 
+/** Where the inbox-wrapped listener writes, per run (table and placeholders of the dialect). */
+const ledger = { table: '', params: ['?', '?'] };
+
+@Injectable()
+class LedgerListener {
+  constructor(private readonly inbox: InboxContext) {}
+
+  @OnEvent('order.booked')
+  @OutboxListener({ name: 'ledger', inbox: true })
+  async onBooked(payload: { id: string }): Promise<void> {
+    await this.inbox.manager.query(
+      `INSERT INTO ${ledger.table} (order_id, message_id) VALUES (${ledger.params.join(', ')})`,
+      [payload.id, this.inbox.messageId],
+    );
+  }
+}
+
 for (const dialect of ['postgres', 'sqlite'] as const) {
   const run = dialect === 'sqlite' || serviceUp('postgres') ? describe : describe.skip;
   run(`@OutboxListener() on ${dialect} (TypeORM)`, () => {
@@ -60,6 +78,7 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
         ? { type: 'better-sqlite3', database: join(dir, 'test.db') }
         : dataSourceOptions('postgres');
 
+    const LEDGER = `${prefix}ledger`;
     const apps: INestApplication[] = [];
     async function start(): Promise<INestApplication> {
       @Module({
@@ -72,11 +91,16 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
             dispatcher: { enabled: false, backoff: { initialMs: 10, maxMs: 10, jitter: 0 } },
           }),
         ],
-        providers: [Listeners],
+        providers: [Listeners, LedgerListener],
       })
       class EmitterApp {}
       const moduleRef = await Test.createTestingModule({ imports: [EmitterApp] }).compile();
       const app = moduleRef.createNestApplication({ logger: false });
+      await app
+        .get(DataSource)
+        .query(
+          `CREATE TABLE IF NOT EXISTS ${LEDGER} (order_id varchar(64) NOT NULL, message_id varchar(64) NOT NULL)`,
+        );
       await app.init();
       apps.push(app);
       return app;
@@ -97,6 +121,8 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
       seen.placed.length = 0;
       seen.memoryOnly.length = 0;
       seen.failed = 0;
+      ledger.table = LEDGER;
+      ledger.params = dialect === 'postgres' ? ['$1', '$2'] : ['?', '?'];
       app = await start();
     });
 
@@ -118,6 +144,24 @@ for (const dialect of ['postgres', 'sqlite'] as const) {
       const registry = app.get(OutboxHandlerRegistry);
       expect(registry.handlerNamesFor('order.placed')).toEqual(['Listeners.onPlaced']);
       expect(registry.handlerNamesFor('order.refunded')).toEqual(['refund-listener']);
+    });
+
+    it('@OutboxListener({ inbox: true }) writes in the inbox transaction; a redelivered event has no second effect', async () => {
+      const event = await app
+        .get(OutboxService)
+        .append({ type: 'order.booked', key: 'b-1', payload: { id: 'b-1' } });
+      await drain();
+      const rows = async () =>
+        (await app
+          .get(DataSource)
+          .query(`SELECT message_id FROM ${LEDGER} WHERE order_id = ${ledger.params[0]}`, [
+            'b-1',
+          ])) as { message_id: string }[];
+      expect(await rows()).toEqual([{ message_id: event.id }]);
+      // The dispatcher delivering it again (a lease lost after the commit, a replay).
+      const entry = app.get(OutboxHandlerRegistry).get('ledger')!;
+      await entry.invoke(event, {} as never);
+      expect(await rows()).toHaveLength(1);
     });
 
     it('an append in a transaction that rolls back reaches no listener', async () => {

@@ -7,7 +7,7 @@ import type { OutboxEvent, OutboxEventInput } from '../../interfaces/outbox-even
 import { OutboxHandlerRegistry } from '../../outbox-handler.registry';
 import { OutboxService } from '../../outbox.service';
 import { InboxService } from '../../inbox/inbox.service';
-import { runInInboxScope } from '../../inbox/inbox.context';
+import { checkBridgeInbox, inboxed } from '../bridge-inbox';
 import { OutboxMessages } from '../../outbox.messages';
 import { assertInstalled } from '../../optional-peers';
 import type { ResolvedOutboxOptions } from '../../interfaces/outbox-module-options.interface';
@@ -157,28 +157,16 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
               ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,
-        invoke: inbox ? this.inInbox(inboxConsumer(inbox, name), handle) : async (e) => handle(e),
+        invoke: inboxed(inbox, name, () => this.inboxService(), handle) ?? (async (e) => handle(e)),
       });
     }
   }
 
-  /**
-   * `handle` in an inbox transaction keyed by (consumer, event id), as `@Inbox()` runs an outbox
-   * handler: a redelivered event finds its record and is acknowledged without a second effect.
-   */
-  private inInbox(
-    consumer: string,
-    handle: (event: OutboxEvent) => unknown,
-  ): (event: OutboxEvent) => Promise<unknown> {
-    return async (event) => {
-      this.inbox ??= this.get<InboxService>(InboxService, 'OutboxModule.forRoot()');
-      await this.inbox.run({ consumer, messageId: event.id }, (tx, client) =>
-        runInInboxScope({ tx, client, consumer, messageId: event.id }, async () => handle(event)),
-      );
-    };
-  }
-
   private inbox: InboxService | undefined;
+
+  private inboxService(): InboxService {
+    return (this.inbox ??= this.get<InboxService>(InboxService, 'OutboxModule.forRoot()'));
+  }
 
   /** One class per type name: two classes under one name would be rebuilt as the wrong one. */
   private remember(spec: OutboxedEventSpec): void {
@@ -213,10 +201,6 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
 }
 
 /** The validated `@OutboxedHandler()` options of an `@EventsHandler` class, or none. */
-function inboxConsumer(inbox: true | { consumer?: string }, name: string): string {
-  return inbox === true ? name : (inbox.consumer ?? name);
-}
-
 function handlerOptions(metatype: Function, source: string): OutboxedHandlerOptions {
   const options: OutboxedHandlerOptions | undefined = Reflect.getOwnMetadata(
     OUTBOXED_HANDLER_METADATA,
@@ -236,19 +220,6 @@ function handlerOptions(metatype: Function, source: string): OutboxedHandlerOpti
     );
   }
   const { inbox, ...rest } = options ?? {};
-  if (
-    inbox !== undefined &&
-    typeof inbox !== 'boolean' &&
-    (typeof inbox !== 'object' ||
-      inbox === null ||
-      Object.keys(inbox).some((k) => k !== 'consumer') ||
-      (inbox.consumer !== undefined &&
-        (typeof inbox.consumer !== 'string' || inbox.consumer.length === 0)))
-  ) {
-    throw new OutboxOptionsError(
-      `@OutboxedHandler inbox on ${metatype.name}`,
-      'expected true, false or { consumer: string }',
-    );
-  }
+  checkBridgeInbox(`@OutboxedHandler inbox on ${metatype.name}`, inbox);
   return { ...mergeOptions(source, [rest]), inbox };
 }

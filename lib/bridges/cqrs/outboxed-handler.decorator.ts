@@ -1,4 +1,5 @@
 import type { OutboxHandlerOptions } from '../../interfaces/outbox-handler.interface';
+import type { BridgeInboxOption } from '../bridge-inbox';
 
 /** Metadata key of `@OutboxedHandler()` on an `@EventsHandler` class. */
 export const OUTBOXED_HANDLER_METADATA = 'outbox:cqrs-handler';
@@ -11,7 +12,7 @@ export type OutboxedHandlerOptions = Omit<OutboxHandlerOptions, 'idempotency' | 
    * `InboxContext.manager` / `InboxContext.tx` is that transaction. `consumer` @default the
    * handler's name. @default false
    */
-  inbox?: boolean | { consumer?: string };
+  inbox?: BridgeInboxOption;
 };
 
 /**

@@ -8,6 +8,8 @@ import { OUTBOX_RESOLVED_OPTIONS } from '../../outbox.constants';
 import { mergeOptions } from '../../outbox.explorer';
 import { OutboxHandlerRegistry } from '../../outbox-handler.registry';
 import { resolveBackoff } from '../../outbox-options';
+import { InboxService } from '../../inbox/inbox.service';
+import { checkBridgeInbox, inboxed } from '../bridge-inbox';
 import { OUTBOX_LISTENER_METADATA, OutboxListenerOptions } from './outbox-listener.decorator';
 
 /** `@nestjs/event-emitter`'s metadata key of `@OnEvent()` (a string, so the peer is not loaded). */
@@ -21,6 +23,7 @@ export class OutboxListenerExplorer implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly registry: OutboxHandlerRegistry,
+    private readonly inboxService: InboxService,
     @Inject(OUTBOX_RESOLVED_OPTIONS) private readonly options: ResolvedOutboxOptions,
   ) {}
 
@@ -79,8 +82,11 @@ export class OutboxListenerExplorer implements OnModuleInit {
           'not supported on listeners (they take one event); use @OutboxHandler(type, { batch }) for batch handlers',
         );
       }
-      const options = mergeOptions(source, [marked]);
+      const { inbox, ...rest } = marked ?? {};
+      checkBridgeInbox(`@OutboxListener inbox on ${source}`, inbox);
+      const options = mergeOptions(source, [rest]);
       const name = options.name ?? source;
+      const listen = (event: OutboxEvent) => method.call(instance, event.payload, event);
       this.registry.register({
         name,
         types: [...new Set(types)],
@@ -96,7 +102,7 @@ export class OutboxListenerExplorer implements OnModuleInit {
               ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,
-        invoke: async (event: OutboxEvent) => method.call(instance, event.payload, event),
+        invoke: inboxed(inbox, name, () => this.inboxService, listen) ?? (async (e) => listen(e)),
       });
     }
   }
