@@ -62,7 +62,9 @@ describe('npm start (the sample app)', () => {
     const [, url] = await waitFor(run, /Sample app on (http:\/\/127\.0\.0\.1:\d+)/);
     await waitFor(run, /SAMPLE_BROKER_URL/);
     const text = run.output();
-    expect(text).toContain(`Dashboard: ${url}/outbox/ui`);
+    // Sign in first (a plain browser has no x-admin-key header), then the console.
+    expect(text).toContain(`Dashboard: ${url}/admin/sign-in (admin key `);
+    expect(text).toContain(`then ${url}/outbox/ui`);
     for (const name of ['PORT', 'SAMPLE_DB', 'SAMPLE_ADMIN_KEY', 'SAMPLE_BROKER']) {
       expect(text).toMatch(new RegExp(`^  ${name} `, 'm'));
     }
