@@ -17,11 +17,9 @@ import {
   DeadLetterReason,
   DeadLetterSelector,
   DeadLetterSummaryRow,
-  DeliveryError,
   DeliveryErrorInput,
   DeliveryPage,
   DeliveryPageQuery,
-  DeliveryRecord,
   EventPage,
   EventPageQuery,
   EventRecord,
@@ -36,9 +34,6 @@ import {
 import { OUTBOX_ERROR_HISTORY } from '../../outbox.constants';
 import {
   AppendListeners,
-  catalogOf,
-  decodeSeqCursor,
-  encodeSeqCursor,
   eventContentText,
   decodeCursor,
   encodeCursor,
@@ -49,6 +44,7 @@ import { RedisScriptName } from './redis-scripts';
 import { CoalescedSignal } from '../wakeups';
 import { payloadTextOf } from '../payload-text';
 import { RedisWakeups, wakeupConnectionName } from './redis-wakeups';
+import { optArg, parseErrors, parseHeaders, RedisViews, Row } from './redis-views';
 
 export interface RedisOutboxStoreOptions {
   /** ioredis client (or Cluster). */
@@ -78,8 +74,6 @@ export interface RedisOutboxStoreOptions {
   onWakeupError?: (error: unknown) => void;
 }
 
-type Row = (string | number | null)[];
-
 /**
  * A duration argument in whole ms, at least `min`. NaN, ±Infinity and negatives (a bad backoff
  * function, say) become `min`: Redis would refuse them as scores or make a lease never expire.
@@ -98,8 +92,6 @@ const APPEND_STAGE_TTL_MS = 10 * 60_000;
 
 /** Dead letters per summary script call (each returned with its error history). */
 const SUMMARY_PAGE = 500;
-
-const optArg = (v: string | undefined | null) => (v === undefined || v === null ? '-' : `+${v}`);
 
 /**
  * One filter condition for `scanDead`: '-' none, '+value' equal to value, '!' nothing matches — a
@@ -510,91 +502,30 @@ export class RedisOutboxStore implements OutboxStore {
     return this.forSelection('purge', selector, []);
   }
 
-  /**
-   * Pending deliveries are read from the `pend` set (by due time), leases from each handler's
-   * leased set: those of `query.handler`, else of `query.handlers` (the caller's registry).
-   */
-  async listDeliveries(query: DeliveryPageQuery): Promise<DeliveryPage> {
-    const cursor = query.cursor ? decodeCursor(query.cursor) : null;
-    const limit = Math.max(1, Math.floor(query.limit));
-    const handlers =
-      query.handler !== undefined ? [query.handler] : [...new Set(query.handlers ?? [])];
-    const [rows, lastS, lastId, exhausted] = (await this.run('deliveriesList', [
-      query.state,
-      optArg(query.type),
-      optArg(query.handler),
-      cursor ? String(cursor.deadAt.getTime()) : '',
-      cursor?.id ?? '',
-      limit + 1,
-      this.scanLimit,
-      ...(query.state === 'leased' ? handlers : []),
-    ])) as [[Row, string][], string, string, number];
-    const items = rows.slice(0, limit).map(([row]) => deliveryFromRow(row));
-    let nextCursor: string | null = null;
-    if (rows.length > limit) {
-      const last = rows[limit - 1];
-      nextCursor = encodeCursor({ deadAt: new Date(Number(last[1])), id: String(last[0][0]) });
-    } else if (!exhausted && lastId) {
-      // The scan hit its bound before filling the page: continue from where it stopped.
-      nextCursor = encodeCursor({ deadAt: new Date(Number(lastS)), id: lastId });
-    }
-    return { items, nextCursor };
+  /** The admin views (redis-views.ts). */
+  private readonly views = new RedisViews(
+    (name, args) => this.run(name, args),
+    () => this.scanLimit,
+  );
+
+  listDeliveries(query: DeliveryPageQuery): Promise<DeliveryPage> {
+    return this.views.listDeliveries(query);
   }
 
-  /**
-   * Delivery ids are derived from event and handler, so the deliveries of an event are found by
-   * the handler names given (the caller's registry) and the unexpanded one.
-   */
-  async inspectEvent(id: string, handlers: string[]): Promise<EventRecord | null> {
-    const [event, deliveries] = (await this.run('eventView', [id, ...new Set(handlers)])) as [
-      Row | null,
-      Row[]?,
-    ];
-    return event ? eventRecordFromRow(event, deliveries ?? []) : null;
+  inspectEvent(id: string, handlers: string[]): Promise<EventRecord | null> {
+    return this.views.inspectEvent(id, handlers);
   }
 
-  async listEventsByKey(query: EventPageQuery): Promise<EventPage> {
-    const before = query.cursor ? decodeSeqCursor(query.cursor) : null;
-    const limit = Math.max(1, Math.floor(query.limit));
-    const rows = (await this.run('eventsByKey', [
-      query.key,
-      before === null ? '' : String(before),
-      limit + 1,
-      ...new Set(query.handlers ?? []),
-    ])) as [Row, Row[]][];
-    const page = rows.slice(0, limit);
-    const last = page[page.length - 1];
-    return {
-      items: page.map(([event, deliveries]) => eventRecordFromRow(event, deliveries)),
-      nextCursor: rows.length > limit && last ? encodeSeqCursor(Number(last[0][7])) : null,
-    };
+  listEventsByKey(query: EventPageQuery): Promise<EventPage> {
+    return this.views.listEventsByKey(query);
   }
 
-  /** Types from the counters; handlers from the first `limit` pending and dead deliveries. */
-  async catalog(limit: number): Promise<StoreCatalog> {
-    const [types, flat] = (await this.run('catalog', [Math.max(1, Math.floor(limit))])) as [
-      string[],
-      string[],
-    ];
-    const pairs: [string, string][] = types.map((t) => [String(t), '*']);
-    for (let i = 0; i + 1 < flat.length; i += 2) pairs.push([String(flat[i]), String(flat[i + 1])]);
-    return catalogOf(pairs);
+  catalog(limit: number): Promise<StoreCatalog> {
+    return this.views.catalog(limit);
   }
 
-  /** From the `pend` set: at most `limit` due deliveries, oldest first. */
-  async backlog(limit: number): Promise<HandlerBacklog[]> {
-    const flat = (await this.run('backlog', [Math.max(1, Math.floor(limit))])) as (
-      string | number
-    )[];
-    const out: HandlerBacklog[] = [];
-    for (let i = 0; i + 2 < flat.length; i += 3) {
-      out.push({
-        handler: String(flat[i]),
-        pending: Number(flat[i + 1]),
-        oldestDueAt: new Date(Number(flat[i + 2])),
-      });
-    }
-    return out;
+  backlog(limit: number): Promise<HandlerBacklog[]> {
+    return this.views.backlog(limit);
   }
 
   async stats(): Promise<OutboxStoreStats> {
@@ -744,39 +675,6 @@ function decodeClaim(
   return out;
 }
 
-/** Headers as stored (JSON); most events have none, so `{}` skips the parser. */
-function parseHeaders(raw: unknown): OutboxHeaders {
-  const text = String(raw);
-  return text === '{}' ? {} : (JSON.parse(text) as OutboxHeaders);
-}
-
-interface StoredError {
-  j?: number;
-  name: string;
-  message: string;
-  /** JSON text of the stack (always encoded: written only by versions that set `j`). */
-  stack?: string;
-  attempt: number;
-  workerId: string;
-  at: string;
-}
-
-function parseErrors(raw: unknown): DeliveryError[] {
-  if (raw === null || raw === undefined || raw === '') return [];
-  const parsed = JSON.parse(String(raw)) as StoredError[] | Record<string, never>;
-  // Lua's cjson writes an empty table as {}.
-  const list = Array.isArray(parsed) ? parsed : [];
-  const text = (v: string, encoded: boolean) => (encoded ? (JSON.parse(v) as string) : v);
-  return list.map((e) => ({
-    name: text(e.name, e.j === 1),
-    message: text(e.message, e.j === 1),
-    ...(typeof e.stack === 'string' ? { stack: JSON.parse(e.stack) as string } : {}),
-    attempt: Number(e.attempt),
-    workerId: text(e.workerId, e.j === 1),
-    at: new Date(Number(e.at)),
-  }));
-}
-
 function deadLetterFromRow(row: Row): DeadLetter {
   const [id, eventId, handler, type, key, attempts, reason, er, deadAt, pl, hd, oa] = row;
   return {
@@ -792,42 +690,5 @@ function deadLetterFromRow(row: Row): DeadLetter {
     reason: (reason ?? 'exhausted') as DeadLetterReason,
     errors: parseErrors(er),
     deadAt: new Date(Number(deadAt)),
-  };
-}
-
-/** A delivery as `record()` returns it (delivery-view.lua). */
-function deliveryFromRow(row: Row): DeliveryRecord {
-  const [id, eventId, handler, type, key, st, at, av, owner, leaseUntil, er, deadAt] = row;
-  const status = st === 'l' ? 'leased' : st === 'x' ? 'dead' : 'pending';
-  return {
-    id: String(id),
-    eventId: String(eventId),
-    type: String(type),
-    key: key === null || key === undefined ? null : String(key),
-    handler: String(handler),
-    status,
-    attempts: Number(at ?? 0),
-    availableAt: new Date(Number(status === 'dead' ? deadAt : av)),
-    leaseOwner: status === 'leased' && owner != null ? String(owner) : null,
-    leaseUntil: status === 'leased' && leaseUntil != null ? new Date(Number(leaseUntil)) : null,
-    errors: parseErrors(er),
-  };
-}
-
-/** An event as `eventRow()` returns it, with its deliveries. */
-function eventRecordFromRow(row: Row, deliveries: Row[] | Record<string, never>): EventRecord {
-  const [id, type, key, pl, hd, oa, av] = row;
-  return {
-    event: {
-      id: String(id),
-      type: String(type),
-      key: key === null || key === undefined ? null : String(key),
-      payload: JSON.parse(String(pl)),
-      headers: parseHeaders(hd),
-      occurredAt: new Date(Number(oa)),
-      availableAt: new Date(Number(av)),
-    },
-    // An empty Lua table comes back as an empty array from redis; guard a non-array anyway.
-    deliveries: Array.isArray(deliveries) ? deliveries.map(deliveryFromRow) : [],
   };
 }
