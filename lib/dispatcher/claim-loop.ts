@@ -1,7 +1,7 @@
 /**
  * The claim loop's state and every transition of it, without I/O: each decision to claim again —
  * after a wake-up, when a claim comes back full, when a slot frees, when written outcomes make
- * room — is a case of `next`. `ClaimScheduler` (claim-scheduler.ts) feeds it events and carries
+ * room or free a key — is a case of `next`. `ClaimScheduler` (claim-scheduler.ts) feeds it events and carries
  * out its actions; whether a claim may start at all (backoff, claims in flight, free slots) is
  * the scheduler's `claim`.
  */
@@ -18,6 +18,14 @@ export interface Owed {
   readonly more: boolean;
   /** A claim was skipped because too many outcomes wait to be written. */
   readonly outcomes: boolean;
+  /**
+   * An outcome that ends a keyed delivery (ack, dead letter) was written and no claim started
+   * since: the next event of that key may be claimable now, and nothing else signals it (a
+   * claim can take only the head of each key, so a keyed backlog comes back short while its
+   * heads run). Served as a wake-up is — one claim, once no claim is in flight — so the outcomes
+   * written together cost one claim, and a claim that finds nothing owes nothing more.
+   */
+  readonly freed: boolean;
 }
 
 /** Where the claim loop is. */
@@ -48,6 +56,8 @@ export type ClaimLoopEvent =
   | 'held-back'
   /** An outcome was written and the backlog is within bounds again. */
   | 'backlog-ok'
+  /** An outcome that ends a keyed delivery (ack, dead letter) was written (see `Owed.freed`). */
+  | 'key-freed'
   /** A handler slot freed. */
   | 'slot-freed';
 
@@ -55,10 +65,10 @@ export type ClaimLoopEvent =
 export type ClaimLoopAction =
   /** Try one claim now. */
   | 'claim'
-  /** One claim now, if a wake-up is still owed and no claim is in flight. */
-  | 'serve-wake'
-  /** `serve-wake` on the next turn (once, however many asked in this one). */
-  | 'queue-wake'
+  /** One claim now, if a wake-up or a freed key is still owed and no claim is in flight. */
+  | 'serve-owed'
+  /** `serve-owed` on the next turn (once, however many asked in this one). */
+  | 'queue-owed'
   /** On the next turn, claim as often as the free slots allow (as many separate polls would). */
   | 'queue-more'
   | null;
@@ -68,7 +78,7 @@ export interface ClaimTransition {
   readonly action: ClaimLoopAction;
 }
 
-const NOTHING_OWED: Owed = { wake: false, more: false, outcomes: false };
+const NOTHING_OWED: Owed = { wake: false, more: false, outcomes: false, freed: false };
 
 /**
  * Every transition of the claim loop, without I/O. Whether a claim may start at all (backoff,
@@ -104,9 +114,12 @@ export function next(state: ClaimLoopState, event: ClaimLoopEvent): ClaimTransit
     case 'resume':
       return to({ kind: 'claiming', owed }, 'claim');
     case 'wake':
-      return to(owing(state, 'wake', true), 'queue-wake');
+      return to(owing(state, 'wake', true), 'queue-owed');
+    case 'key-freed':
+      return to(owing(state, 'freed', true), 'queue-owed');
     case 'claim-started':
-      return to(owing(state, 'wake', false));
+      // It reads after every wake-up and every outcome written so far.
+      return to(owing(owing(state, 'wake', false), 'freed', false));
     case 'claimed-full':
       return to(owing(state, 'more', true));
     case 'claimed-short':
@@ -115,8 +128,9 @@ export function next(state: ClaimLoopState, event: ClaimLoopEvent): ClaimTransit
       // A full batch means more is waiting: claim again at once, not on the next tick.
       return to(state, 'queue-more');
     case 'claim-settled':
-      // A wake-up that came while the claim was out may have missed it: serve it now.
-      return to(state, owed.wake ? 'queue-wake' : null);
+      // A wake-up or a freed key that came while the claim was out may have missed it: serve it
+      // now.
+      return to(state, owed.wake || owed.freed ? 'queue-owed' : null);
     case 'held-back':
       return to(owing(state, 'outcomes', true));
     case 'backlog-ok':
@@ -124,21 +138,19 @@ export function next(state: ClaimLoopState, event: ClaimLoopEvent): ClaimTransit
       return owed.outcomes ? to(owing(state, 'outcomes', false), 'queue-more') : to(state);
     case 'slot-freed':
       // Work was left behind when the last claim came back full: fetch it now, not next tick.
-      // Otherwise this is the free slot a pending wake-up waited for.
-      return to(state, owed.more ? 'queue-more' : owed.wake ? 'serve-wake' : null);
+      // Otherwise this is the free slot a pending wake-up or freed key waited for.
+      return to(state, owed.more ? 'queue-more' : owed.wake || owed.freed ? 'serve-owed' : null);
   }
 }
+
+type Started = Exclude<ClaimLoopState, { kind: 'stopped' }>;
 
 function to(state: ClaimLoopState, action: ClaimLoopAction = null): ClaimTransition {
   return { state, action };
 }
 
 /** `state` with one reason owed or not (the same object when nothing changes). */
-function owing(
-  state: Exclude<ClaimLoopState, { kind: 'stopped' }>,
-  reason: keyof Owed,
-  value: boolean,
-): ClaimLoopState {
+function owing(state: Started, reason: keyof Owed, value: boolean): Started {
   if (state.owed[reason] === value) return state;
   return { kind: state.kind, owed: { ...state.owed, [reason]: value } };
 }

@@ -20,13 +20,13 @@ export interface ClaimTarget {
 
 /**
  * Decides when to claim: on the poll tick, after a wake-up, when a slot frees after a full claim,
- * when written outcomes make room; and how much: the free slots plus one batch ahead, up to
+ * when written outcomes make room or free a key; and how much: the free slots plus one batch ahead, up to
  * three claims in flight, none during a store-error backoff.
  */
 export class ClaimScheduler {
   private state: ClaimLoopState = { kind: 'stopped', paused: false };
-  /** The one step deferred to the next turn (`queue-wake`, `queue-more`), if any. */
-  private queued: 'wake' | 'more' | null = null;
+  /** The one step deferred to the next turn (`queue-owed`, `queue-more`), if any. */
+  private queued: 'owed' | 'more' | null = null;
   private readonly polls = new Set<Promise<void>>();
   /** Handler slots promised to claims in flight. */
   private reserved = 0;
@@ -96,8 +96,12 @@ export class ClaimScheduler {
     if (action !== null) this.act(action);
   }
 
-  /** An outcome was written: a claim held back for it may go. */
-  outcomeWritten(): void {
+  /**
+   * An outcome was written: a claim held back for it may go; one that ended a keyed delivery
+   * (`freedKey`) may have made the key's next event claimable (see `Owed.freed`).
+   */
+  outcomeWritten(freedKey: boolean): void {
+    if (freedKey) this.on('key-freed');
     if (this.target.backlog() <= this.maxBacklog) this.on('backlog-ok');
   }
 
@@ -153,17 +157,17 @@ export class ClaimScheduler {
     switch (action) {
       case 'claim':
         return this.claim();
-      case 'serve-wake':
-        return this.serveWake();
-      case 'queue-wake':
-        return this.queue('wake');
+      case 'serve-owed':
+        return this.serveOwed();
+      case 'queue-owed':
+        return this.queue('owed');
       case 'queue-more':
         return this.queue('more');
     }
   }
 
-  /** One deferred step for the next turn; `more` covers `wake` (its first claim serves it). */
-  private queue(step: 'wake' | 'more'): void {
+  /** One deferred step for the next turn; `more` covers `owed` (its first claim serves it). */
+  private queue(step: 'owed' | 'more'): void {
     if (this.queued === 'more' || this.queued === step) return;
     const scheduled = this.queued !== null;
     this.queued = step;
@@ -172,14 +176,15 @@ export class ClaimScheduler {
       const queued = this.queued;
       this.queued = null;
       if (queued === 'more') this.claimAll();
-      else this.serveWake();
+      else this.serveOwed();
     });
   }
 
-  private serveWake(): void {
-    if (this.state.kind !== 'stopped' && this.state.owed.wake && this.polls.size === 0) {
-      this.claim();
-    }
+  /** One claim for what is owed (a wake-up, a freed key), unless a claim is already out. */
+  private serveOwed(): void {
+    if (this.state.kind === 'stopped' || this.polls.size > 0) return;
+    const { owed } = this.state;
+    if (owed.wake || owed.freed) this.claim();
   }
 
   private claimAll(): void {

@@ -90,9 +90,9 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     this.keeper = new LeaseKeeper(store, this.config.leaseMs, (lease, error) =>
       this.logger.warn(OutboxMessages.renewFailed(lease.deliveryId, error)),
     );
-    this.reporter = new OutcomeReporter(store, () => {
+    this.reporter = new OutcomeReporter(store, (freedKey) => {
       this.outcomesWritten++;
-      this.claims.outcomeWritten();
+      this.claims.outcomeWritten(freedKey);
     });
     this.claims = new ClaimScheduler(
       {

@@ -9,6 +9,8 @@ import {
 /** An ack waiting for its batch; told how it went through `resolve` or `reject`. */
 export interface PendingAck {
   lease: Lease;
+  /** The delivery has a key: once acknowledged, the key's next event may be claimed. */
+  readonly keyed: boolean;
   resolve(): void;
   reject(error: unknown): void;
 }
@@ -32,8 +34,12 @@ export class OutcomeReporter {
 
   constructor(
     private readonly store: OutboxStore,
-    /** Called whenever an outcome has been written (capacity may have freed). */
-    private readonly onWritten: () => void = () => undefined,
+    /**
+     * Called whenever an outcome has been written (capacity may have freed); `freedKey` when it
+     * ended a keyed delivery (acknowledged or dead-lettered), whose key's next event may now be
+     * claimed.
+     */
+    private readonly onWritten: (freedKey: boolean) => void = () => undefined,
   ) {}
 
   /** Outcomes handed over and not yet written. */
@@ -41,9 +47,12 @@ export class OutcomeReporter {
     return this.writes.size + this.acksUnwritten;
   }
 
-  ack(lease: Lease): Promise<void> {
-    if (!this.store.ackMany) return this.track(this.store.ack(lease));
-    return new Promise<void>((resolve, reject) => this.enqueueAck({ lease, resolve, reject }));
+  /** `keyed`: the delivery has a key (see `PendingAck.keyed`). */
+  ack(lease: Lease, keyed: boolean): Promise<void> {
+    if (!this.store.ackMany) return this.track(this.store.ack(lease), keyed);
+    return new Promise<void>((resolve, reject) =>
+      this.enqueueAck({ lease, keyed, resolve, reject }),
+    );
   }
 
   /**
@@ -52,7 +61,7 @@ export class OutcomeReporter {
    */
   enqueueAck(pending: PendingAck): void {
     if (!this.store.ackMany) {
-      this.track(this.store.ack(pending.lease)).then(
+      this.track(this.store.ack(pending.lease), pending.keyed).then(
         () => pending.resolve(),
         (error: unknown) => pending.reject(error),
       );
@@ -66,12 +75,18 @@ export class OutcomeReporter {
     }
   }
 
+  /** A retried delivery stays its key's oldest open one: the key is not freed. */
   retry(lease: Lease, delayMs: number, error: DeliveryErrorInput): Promise<void> {
-    return this.track(this.store.retry(lease, delayMs, error));
+    return this.track(this.store.retry(lease, delayMs, error), false);
   }
 
-  deadLetter(lease: Lease, reason: DeadLetterReason, error: DeliveryErrorInput): Promise<void> {
-    return this.track(this.store.deadLetter(lease, reason, error));
+  deadLetter(
+    lease: Lease,
+    reason: DeadLetterReason,
+    error: DeliveryErrorInput,
+    keyed: boolean,
+  ): Promise<void> {
+    return this.track(this.store.deadLetter(lease, reason, error), keyed);
   }
 
   /** Resolves once every outcome handed over before (and during) the wait is written. */
@@ -90,13 +105,17 @@ export class OutcomeReporter {
     }
   }
 
-  private track<T>(promise: Promise<T>): Promise<T> {
+  /** `freesKey`: written, it ends a keyed delivery (a failed write frees nothing). */
+  private track<T>(promise: Promise<T>, freesKey: boolean): Promise<T> {
     this.writes.add(promise);
-    const forget = () => {
+    const forget = (written: boolean) => {
       this.writes.delete(promise);
-      this.onWritten();
+      this.onWritten(written && freesKey);
     };
-    promise.then(forget, forget);
+    promise.then(
+      () => forget(true),
+      () => forget(false),
+    );
     return promise;
   }
 
@@ -143,11 +162,14 @@ export class OutcomeReporter {
     }
   }
 
-  /** Tells one ack its result, then reports the write. */
+  /**
+   * Tells one ack its result, then reports the write. The acks of one batch are answered in one
+   * turn, so their freed keys cost the claim loop one claim (see `Owed.freed`).
+   */
   private answer(a: PendingAck, error: unknown): void {
     if (error === null) a.resolve();
     else a.reject(error);
-    this.onWritten();
+    this.onWritten(error === null && a.keyed);
   }
 }
 

@@ -67,7 +67,7 @@ export class RunOutcomes {
     }
     if (outcome.kind === 'abandoned') return;
     if (outcome.kind === 'ack') {
-      this.reporter.ack(lease).then(
+      this.reporter.ack(lease, isKeyed(delivery)).then(
         () => this.delivered(delivery, timing),
         (error) => this.reportFailed(delivery, 'ack', error),
       );
@@ -76,7 +76,7 @@ export class RunOutcomes {
     this.counters.failed++;
     const error = this.describeError(result.failure, delivery.attempt);
     if (outcome.kind === 'dead') {
-      this.reporter.deadLetter(lease, outcome.reason, error).then(
+      this.reporter.deadLetter(lease, outcome.reason, error, isKeyed(delivery)).then(
         () => {
           this.counters.deadLettered++;
           if (this.events.wants('dead-lettered')) {
@@ -199,6 +199,11 @@ export class RunOutcomes {
       workerId: this.workerId,
     };
   }
+}
+
+/** Whether a delivery's outcome, written, frees its key for the key's next event. */
+function isKeyed(delivery: ClaimedDelivery): boolean {
+  return delivery.event.key !== null && delivery.event.key !== undefined;
 }
 
 function observedError(error: unknown): ObservedError {

@@ -39,6 +39,8 @@ export interface SlotOwner {
 export class Slot extends HandlerCall implements KeptLease, PendingAck, RunTiming {
   /** Replaced by each renewal. */
   lease: Lease;
+  /** The delivery has a key (`PendingAck`). */
+  readonly keyed: boolean;
   /** Set by the keeper. */
   expiresAt = 0;
   renewing = false;
@@ -55,6 +57,7 @@ export class Slot extends HandlerCall implements KeptLease, PendingAck, RunTimin
   ) {
     super();
     this.lease = delivery.lease;
+    this.keyed = delivery.event.key !== null && delivery.event.key !== undefined;
   }
 
   protected end(reason: unknown): void {
