@@ -4,7 +4,7 @@
 # Each round runs every variant at 1 and 8 clients, in a rotated order; tables emptied before each
 # run. Once with the default synchronous_commit, once with SET LOCAL synchronous_commit = off
 # (the statements' CPU and WAL cost without waiting for the flush).
-#   bench/pgbench/onerow-append.sh [database] [rounds] [seconds] > log; then onerow-summary.py log
+#   [SYNCS=off] bench/pgbench/onerow-append.sh [database] [rounds] [seconds] > log; then onerow-summary.py log
 set -euo pipefail
 cd "$(dirname "$0")"
 DB=${1:-test}
@@ -18,7 +18,7 @@ for v in "${VARIANTS[@]}"; do
   cp "onerow-$v.sql" "$TMP/$v-on.sql"
   sed 's/^BEGIN;$/BEGIN;\nSET LOCAL synchronous_commit = off;/' "onerow-$v.sql" > "$TMP/$v-off.sql"
 done
-for sync in on off; do
+for sync in ${SYNCS:-on off}; do
   for round in $(seq 1 "$ROUNDS"); do
     for clients in 1 8; do
       n=${#VARIANTS[@]}
