@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+/* global require, module, process, console, performance */
 /*
  * Run 15 (b): dispatch without the library — concurrent claim loops (own connection each, named
  * prepared statements), 100 a claim, each batch acknowledged by the library's fenced DELETE, until

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+/* global require, process, console */
 /*
  * Run 15 (b): EXPLAIN (ANALYZE, BUFFERS) of the claim statements over a prepared backlog, each run
  * 7 times as a named prepared statement (the plan cache picks custom or generic plans as the

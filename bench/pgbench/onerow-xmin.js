@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+/* global require, process, console, setTimeout, performance */
 /*
  * Run 15 (c): what a long-running writer transaction does to materialisation. An appender commits
  * one event every 20 ms (own transaction each); one claimer materialises (l2 statement of
