@@ -100,15 +100,20 @@ async function main() {
   await Promise.all([appender, writing, claimer]);
   const lat = { during: [], outside: [], writer: [] };
   let lost = 0;
+  const missing = [];
   for (const [seq, a] of appended) {
     const at = delivered.get(seq);
     if (at === undefined) {
       lost++;
+      missing.push({ seq, ...a });
       continue;
     }
     lat[a.during === 'writer' ? 'writer' : a.during ? 'during' : 'outside'].push(at - a.at);
   }
   const { rows } = await mat.query('SELECT count(*)::int AS n FROM spk1_ahead');
+  // Materialised pending (this harness runs no claim of pending rows): an event whose transaction
+  // started after the materialiser's (its due time then follows the materialiser's now()).
+  const pending = await mat.query(`SELECT array_agg(event_seq) AS s FROM spk1_deliveries WHERE status = 'pending'`);
   console.log(
     JSON.stringify({
       hold,
@@ -116,8 +121,10 @@ async function main() {
       appended: appended.size,
       delivered: delivered.size,
       undelivered: lost,
+      missing: missing.map((m) => ({ seq: m.seq, at: Math.round(m.at), during: m.during })),
       statements,
       aheadLeft: rows[0].n,
+      pendingSeqs: pending.rows[0].s ?? [],
       duringHold: { n: lat.during.length, p50: pct(lat.during, 50), p95: pct(lat.during, 95), max: pct(lat.during, 100) },
       outside: { n: lat.outside.length, p50: pct(lat.outside, 50), p95: pct(lat.outside, 95), max: pct(lat.outside, 100) },
       writersEvent: lat.writer.map(Math.round),
