@@ -1,0 +1,9 @@
+-- Run 15 (a): as onerow-ours1.sql, the event row also carrying the appender's handler names
+-- (so the materialiser needs no handler map of its own for fan-out).
+BEGIN;
+INSERT INTO spk_orders (id, total) VALUES (gen_random_uuid(), 1);
+INSERT INTO spk1_events (id, type, event_key, payload, headers, occurred_at, available_at, handlers)
+VALUES (gen_random_uuid(), 'order.created', md5(random()::text), '{"orderId":"0f8fad5b-d9cb-469f-a165-70867728950e","total":1,"lines":[{"sku":"A-1","qty":1}]}'::json, '{}'::json, now(), COALESCE(NULL::timestamptz, date_trunc('milliseconds', now())), ARRAY['Handlers.onOrder']::text[])
+ON CONFLICT (id) DO NOTHING
+RETURNING id, seq, (extract(epoch from available_at) * 1000)::float8 AS available_at;
+COMMIT;
