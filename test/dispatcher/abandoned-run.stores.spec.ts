@@ -1,48 +1,7 @@
 import { Injectable } from '@nestjs/common';
-import { MemoryOutboxStore, OutboxEvent, OutboxHandler, OutboxStore } from 'nestjs-outbox';
-import { RedisOutboxStore } from '../../lib/stores/redis/redis-outbox.store';
+import { OutboxEvent, OutboxHandler } from 'nestjs-outbox';
 import { createOutboxApp, TestApp } from '../support/outbox-app';
-import { describeWithService } from '../support/services';
-import {
-  connect,
-  dropPrefix,
-  uniquePrefix as redisPrefix,
-} from '../stores/redis/redis-test-support';
-import {
-  openDataSource,
-  SERVICE_OF,
-  storeFor,
-  TestDialect,
-  uniquePrefix,
-} from '../stores/typeorm/typeorm-test-helpers';
-
-/** Waits (real time) until `check` holds; false when `ms` passed first. */
-async function eventually(check: () => Promise<boolean> | boolean, ms: number): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    if (await check()) return true;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  return check();
-}
-
-interface StoreTarget {
-  open(): Promise<{ store: OutboxStore; close(): Promise<void> }>;
-}
-
-const sql = (dialect: TestDialect): StoreTarget => ({
-  async open() {
-    const dataSource = await openDataSource(dialect);
-    const tables = await storeFor(dataSource, uniquePrefix(`ab${dialect.slice(0, 2)}`));
-    return {
-      store: tables.store,
-      async close() {
-        await tables.drop();
-        await dataSource.destroy();
-      },
-    };
-  },
-});
+import { describeOnStores, eventually, StoreTarget } from '../support/store-targets';
 
 /**
  * docs/handlers.md (Retries) and Guarantees 8: a handler that outlives its
@@ -103,33 +62,4 @@ function abandonedRunOn(target: StoreTarget): void {
   }, 20_000);
 }
 
-describe('a handler that ignores its abort signal [memory]', () =>
-  abandonedRunOn({
-    async open() {
-      return { store: new MemoryOutboxStore(), close: async () => undefined };
-    },
-  }));
-
-describe('a handler that ignores its abort signal [sqlite]', () => abandonedRunOn(sql('sqlite')));
-
-for (const dialect of ['postgres', 'mariadb'] as const) {
-  describeWithService(SERVICE_OF[dialect], 'a handler that ignores its abort signal', () =>
-    abandonedRunOn(sql(dialect)),
-  );
-}
-
-describeWithService('redis', 'a handler that ignores its abort signal', () =>
-  abandonedRunOn({
-    async open() {
-      const prefix = redisPrefix('ab');
-      const client = connect();
-      return {
-        store: new RedisOutboxStore({ client, prefix }),
-        async close() {
-          await dropPrefix(client, prefix);
-          client.disconnect();
-        },
-      };
-    },
-  }),
-);
+describeOnStores('a handler that ignores its abort signal', 'ab', abandonedRunOn);

@@ -13,15 +13,7 @@ import {
 } from 'nestjs-outbox';
 import type { OutboxBatchContext } from 'nestjs-outbox';
 import { createOutboxApp, TestApp } from '../support/outbox-app';
-
-async function eventually(check: () => boolean, ms: number): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    if (check()) return true;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  return check();
-}
+import { eventually } from '../support/store-targets';
 
 /** Resolves when the signal aborts: a handler that honours it. */
 function aborted(signal: AbortSignal): Promise<never> {

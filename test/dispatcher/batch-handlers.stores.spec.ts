@@ -1,56 +1,8 @@
 import { Injectable } from '@nestjs/common';
-import {
-  MemoryOutboxStore,
-  NonRetryableError,
-  OutboxBatchError,
-  OutboxEvent,
-  OutboxHandler,
-  OutboxStore,
-} from 'nestjs-outbox';
+import { NonRetryableError, OutboxBatchError, OutboxEvent, OutboxHandler } from 'nestjs-outbox';
 import type { OutboxBatchContext } from 'nestjs-outbox';
-import { RedisOutboxStore } from '../../lib/stores/redis/redis-outbox.store';
 import { createOutboxApp, TestApp } from '../support/outbox-app';
-import { describeWithService } from '../support/services';
-import {
-  connect,
-  dropPrefix,
-  uniquePrefix as redisPrefix,
-} from '../stores/redis/redis-test-support';
-import {
-  openDataSource,
-  SERVICE_OF,
-  storeFor,
-  TestDialect,
-  uniquePrefix,
-} from '../stores/typeorm/typeorm-test-helpers';
-
-/** Waits (real time) until `check` holds; false when `ms` passed first. */
-async function eventually(check: () => Promise<boolean> | boolean, ms: number): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    if (await check()) return true;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  return check();
-}
-
-interface StoreTarget {
-  open(): Promise<{ store: OutboxStore; close(): Promise<void> }>;
-}
-
-const sql = (dialect: TestDialect): StoreTarget => ({
-  async open() {
-    const dataSource = await openDataSource(dialect);
-    const tables = await storeFor(dataSource, uniquePrefix(`bh${dialect.slice(0, 2)}`));
-    return {
-      store: tables.store,
-      async close() {
-        await tables.drop();
-        await dataSource.destroy();
-      },
-    };
-  },
-});
+import { describeOnStores, eventually, StoreTarget } from '../support/store-targets';
 
 type N = { n: number };
 
@@ -300,31 +252,4 @@ function batchHandlersOn(target: StoreTarget): void {
   }, 30_000);
 }
 
-describe('batch handlers [memory]', () =>
-  batchHandlersOn({
-    async open() {
-      return { store: new MemoryOutboxStore(), close: async () => undefined };
-    },
-  }));
-
-describe('batch handlers [sqlite]', () => batchHandlersOn(sql('sqlite')));
-
-for (const dialect of ['postgres', 'mariadb'] as const) {
-  describeWithService(SERVICE_OF[dialect], 'batch handlers', () => batchHandlersOn(sql(dialect)));
-}
-
-describeWithService('redis', 'batch handlers', () =>
-  batchHandlersOn({
-    async open() {
-      const prefix = redisPrefix('bh');
-      const client = connect();
-      return {
-        store: new RedisOutboxStore({ client, prefix }),
-        async close() {
-          await dropPrefix(client, prefix);
-          client.disconnect();
-        },
-      };
-    },
-  }),
-);
+describeOnStores('batch handlers', 'bh', batchHandlersOn);

@@ -1,23 +1,7 @@
 import { Injectable } from '@nestjs/common';
-import { MemoryOutboxStore, OutboxEvent, OutboxHandler, OutboxStore } from 'nestjs-outbox';
-import { RedisOutboxStore } from '../../lib/stores/redis/redis-outbox.store';
+import { OutboxEvent, OutboxHandler } from 'nestjs-outbox';
 import { createOutboxApp, TestApp } from '../support/outbox-app';
-import { describeWithService } from '../support/services';
-import {
-  connect,
-  dropPrefix,
-  uniquePrefix as redisPrefix,
-} from '../stores/redis/redis-test-support';
-import {
-  openDataSource,
-  SERVICE_OF,
-  storeFor,
-  uniquePrefix,
-} from '../stores/typeorm/typeorm-test-helpers';
-
-interface StoreTarget {
-  open(): Promise<{ store: OutboxStore; close(): Promise<void> }>;
-}
+import { describeOnStores, eventually, StoreTarget } from '../support/store-targets';
 
 const KEYS = 10;
 const PER_KEY = 10;
@@ -42,16 +26,6 @@ class TwoHandlers {
     runs.b.push({ key: event.key!, n: event.payload.n });
     await new Promise((resolve) => setImmediate(resolve));
   }
-}
-
-/** Waits (real time) until `check` holds; false when `ms` passed first. */
-async function eventually(check: () => boolean, ms: number): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    if (check()) return true;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  return check();
 }
 
 /**
@@ -119,41 +93,4 @@ function keyedCadenceOn(target: StoreTarget): void {
   }, 30_000);
 }
 
-describe('keyed backlog cadence [memory]', () =>
-  keyedCadenceOn({
-    async open() {
-      return { store: new MemoryOutboxStore(), close: async () => undefined };
-    },
-  }));
-
-describeWithService(SERVICE_OF.postgres, 'keyed backlog cadence', () =>
-  keyedCadenceOn({
-    async open() {
-      const dataSource = await openDataSource('postgres');
-      const tables = await storeFor(dataSource, uniquePrefix('kcpo'));
-      return {
-        store: tables.store,
-        async close() {
-          await tables.drop();
-          await dataSource.destroy();
-        },
-      };
-    },
-  }),
-);
-
-describeWithService('redis', 'keyed backlog cadence', () =>
-  keyedCadenceOn({
-    async open() {
-      const prefix = redisPrefix('kc');
-      const client = connect();
-      return {
-        store: new RedisOutboxStore({ client, prefix }),
-        async close() {
-          await dropPrefix(client, prefix);
-          client.disconnect();
-        },
-      };
-    },
-  }),
-);
+describeOnStores('keyed backlog cadence', 'kc', keyedCadenceOn, ['memory', 'postgres', 'redis']);
