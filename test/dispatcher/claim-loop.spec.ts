@@ -81,6 +81,20 @@ describe('claim loop transitions (next)', () => {
     expect(paused.state).toMatchObject({ kind: 'claiming', owed: { freed: true } });
   });
 
+  it('keeps a claim held back by unwritten outcomes held while keys are freed', () => {
+    // The scheduler's claim refuses while the backlog is over its bound ('held-back'): a freed
+    // key asks for a claim, but only a backlog back within bounds lets the held claims go.
+    const held = run(CLAIMING, 'held-back', 'key-freed');
+    expect(held.actions).toEqual([null, 'queue-owed']);
+    expect(held.state).toMatchObject({ owed: { outcomes: true, freed: true } });
+    const ok = run(held.state, 'backlog-ok');
+    expect(ok.actions).toEqual(['queue-more']);
+    // The claim that goes serves the freed key too; after it, nothing is owed.
+    const served = run(ok.state, 'claim-started', 'claimed-short', 'claim-settled', 'slot-freed');
+    expect(served.actions).toEqual([null, null, null, null]);
+    expect(served.state).toEqual(CLAIMING);
+  });
+
   it('keeps a pause across stop and start, and claims on resume', () => {
     const paused = run(STOPPED, 'pause', 'start');
     expect(paused.state.kind).toBe('paused');
