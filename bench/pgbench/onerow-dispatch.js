@@ -184,7 +184,11 @@ async function loop(variant, batch, id, stats) {
     let rows = [];
     let more = false;
     if (variant === 'l1') {
-      const m = await c.query({ name: 'spk_mat_pending', text: MATERIALISE_PENDING, values: [batch, ...MAP] });
+      const m = await c.query({
+        name: 'spk_mat_pending',
+        text: MATERIALISE_PENDING,
+        values: [batch, ...MAP],
+      });
       stats.statements++;
       stats.materialise++;
       // Locked by another claimer, or it found events: there may be more.
@@ -231,7 +235,8 @@ async function loop(variant, batch, id, stats) {
       for (const r of rows) {
         if (r.event_key === null) continue;
         if (held.has(r.event_key)) throw new Error(`key ${r.event_key} leased twice`);
-        if ((lastSeq.get(r.event_key) ?? 0) > Number(r.event_seq)) throw new Error(`key ${r.event_key} out of order`);
+        if ((lastSeq.get(r.event_key) ?? 0) > Number(r.event_seq))
+          throw new Error(`key ${r.event_key} out of order`);
         held.add(r.event_key);
         lastSeq.set(r.event_key, Number(r.event_seq));
       }
@@ -251,7 +256,15 @@ async function drain(variant, events, loops, batch) {
   const t0 = performance.now();
   await Promise.all(Array.from({ length: loops }, (_, i) => loop(variant, batch, i, stats)));
   const s = (performance.now() - t0) / 1000;
-  const out = { variant, events, loops, batch, seconds: +s.toFixed(3), eps: Math.round(stats.delivered / s), ...stats };
+  const out = {
+    variant,
+    events,
+    loops,
+    batch,
+    seconds: +s.toFixed(3),
+    eps: Math.round(stats.delivered / s),
+    ...stats,
+  };
   console.log(JSON.stringify(out));
   if (stats.delivered !== events) throw new Error(`delivered ${stats.delivered} of ${events}`);
 }
@@ -268,7 +281,9 @@ async function prepare(variant, events, retained, keys) {
   const E = variant === 's3' ? 'spk3_events' : 'spk1_events';
   const D = variant === 's3' ? 'spk3_deliveries' : 'spk1_deliveries';
   const key = keys > 0 ? `'k' || (g % ${keys})` : 'NULL';
-  const have = Number((await q(`SELECT count(*) AS n FROM ${E} WHERE id::text LIKE '00000000-%'`)).rows[0].n);
+  const have = Number(
+    (await q(`SELECT count(*) AS n FROM ${E} WHERE id::text LIKE '00000000-%'`)).rows[0].n,
+  );
   await q(`TRUNCATE ${D}`);
   if (have !== retained) {
     await q(`TRUNCATE ${E}`);
@@ -282,7 +297,9 @@ async function prepare(variant, events, retained, keys) {
     await q(`DELETE FROM ${E} WHERE id::text NOT LIKE '00000000-%'`);
   }
   if (variant !== 's3') {
-    await q(`UPDATE spk1_cursor SET tx = COALESCE((SELECT tx FROM spk1_events ORDER BY tx DESC, seq DESC LIMIT 1), '0'), seq = COALESCE((SELECT max(seq) FROM spk1_events), 0) WHERE id = 1`);
+    await q(
+      `UPDATE spk1_cursor SET tx = COALESCE((SELECT tx FROM spk1_events ORDER BY tx DESC, seq DESC LIMIT 1), '0'), seq = COALESCE((SELECT max(seq) FROM spk1_events), 0) WHERE id = 1`,
+    );
     await q('TRUNCATE spk1_ahead');
   }
   const append =
@@ -317,4 +334,18 @@ if (require.main === module) {
     process.exit(1);
   });
 }
-module.exports = { MATERIALISE_PENDING, claimSql, claimParams, MATERIALISE_LEASE, MATERIALISE_AHEAD, MAP, HANDLER, TYPE, PAYLOAD, LEASE_MS, ackSql, prepare, conn };
+module.exports = {
+  MATERIALISE_PENDING,
+  claimSql,
+  claimParams,
+  MATERIALISE_LEASE,
+  MATERIALISE_AHEAD,
+  MAP,
+  HANDLER,
+  TYPE,
+  PAYLOAD,
+  LEASE_MS,
+  ackSql,
+  prepare,
+  conn,
+};

@@ -26,7 +26,11 @@ async function main() {
       : typeof v === 'number'
         ? String(v)
         : `'${v}'`;
-  const types = { s3: 'text,text,text,text,text,float8', l1: 'int,text[],text[]', l2: 'int,text[],text[],text[],text,text,float8' }[variant];
+  const types = {
+    s3: 'text,text,text,text,text,float8',
+    l1: 'int,text[],text[]',
+    l2: 'int,text[],text[],text[],text,text,float8',
+  }[variant];
   await c.query(`PREPARE x(${types}) AS ${stmt[0]}`);
   const times = [];
   let plan = '';

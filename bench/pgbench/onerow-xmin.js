@@ -53,7 +53,7 @@ async function main() {
     await sleep(1000);
     await writer.query('BEGIN');
     if (other) await writer.query('SELECT pg_current_xact_id()');
-    else await writer.query("INSERT INTO spk_orders (id, total) VALUES (gen_random_uuid(), 1)");
+    else await writer.query('INSERT INTO spk_orders (id, total) VALUES (gen_random_uuid(), 1)');
     const r = other ? null : await insert(writer);
     holding = true;
     await sleep(hold);
@@ -113,7 +113,9 @@ async function main() {
   const { rows } = await mat.query('SELECT count(*)::int AS n FROM spk1_ahead');
   // Materialised pending (this harness runs no claim of pending rows): an event whose transaction
   // started after the materialiser's (its due time then follows the materialiser's now()).
-  const pending = await mat.query(`SELECT array_agg(event_seq) AS s FROM spk1_deliveries WHERE status = 'pending'`);
+  const pending = await mat.query(
+    `SELECT array_agg(event_seq) AS s FROM spk1_deliveries WHERE status = 'pending'`,
+  );
   console.log(
     JSON.stringify({
       hold,
@@ -125,8 +127,18 @@ async function main() {
       statements,
       aheadLeft: rows[0].n,
       pendingSeqs: pending.rows[0].s ?? [],
-      duringHold: { n: lat.during.length, p50: pct(lat.during, 50), p95: pct(lat.during, 95), max: pct(lat.during, 100) },
-      outside: { n: lat.outside.length, p50: pct(lat.outside, 50), p95: pct(lat.outside, 95), max: pct(lat.outside, 100) },
+      duringHold: {
+        n: lat.during.length,
+        p50: pct(lat.during, 50),
+        p95: pct(lat.during, 95),
+        max: pct(lat.during, 100),
+      },
+      outside: {
+        n: lat.outside.length,
+        p50: pct(lat.outside, 50),
+        p95: pct(lat.outside, 95),
+        max: pct(lat.outside, 100),
+      },
       writersEvent: lat.writer.map(Math.round),
     }),
   );
