@@ -33,6 +33,8 @@ export class ClaimScheduler {
   private consecutiveStoreErrors = 0;
   private backoffUntil = 0;
   private pollTimer: NodeJS.Timeout | null = null;
+  /** Serves what is owed when the store-error backoff ends (see `claim`). */
+  private backoffTimer: NodeJS.Timeout | null = null;
   private registry: SchedulerRegistry | null = null;
   private unwatchAppends: (() => void) | null = null;
   private unwatchWakeups: (() => Promise<void>) | null = null;
@@ -86,6 +88,8 @@ export class ClaimScheduler {
         this.registry.deleteInterval(OUTBOX_DISPATCHER_INTERVAL);
     }
     this.pollTimer = null;
+    if (this.backoffTimer) clearTimeout(this.backoffTimer);
+    this.backoffTimer = null;
     return unwatched;
   }
 
@@ -187,6 +191,21 @@ export class ClaimScheduler {
     if (owed.wake || owed.freed) this.claim();
   }
 
+  /**
+   * A claim held back by the store-error backoff: a wake-up or a freed key owed meanwhile is served
+   * when the backoff ends, not on the next poll tick (which may be far off). One timer at a time.
+   */
+  private serveWhenBackedOff(ms: number): void {
+    if (this.backoffTimer || this.state.kind !== 'claiming') return;
+    const { owed } = this.state;
+    if (!owed.wake && !owed.freed) return;
+    this.backoffTimer = setTimeout(() => {
+      this.backoffTimer = null;
+      this.serveOwed();
+    }, Math.ceil(ms));
+    this.backoffTimer.unref?.();
+  }
+
   private claimAll(): void {
     for (let size = -1; size !== this.polls.size;) {
       size = this.polls.size;
@@ -204,7 +223,9 @@ export class ClaimScheduler {
    */
   private claim(): void {
     if (this.state.kind !== 'claiming') return;
-    if (performance.now() < this.backoffUntil || this.polls.size >= MAX_CLAIMS_IN_FLIGHT) return;
+    const now = performance.now();
+    if (now < this.backoffUntil) return this.serveWhenBackedOff(this.backoffUntil - now);
+    if (this.polls.size >= MAX_CLAIMS_IN_FLIGHT) return;
     if (this.target.backlog() > this.maxBacklog) return this.on('held-back');
     const { batchSize } = this.config;
     const limit = Math.min(batchSize, this.freeSlots());
