@@ -466,6 +466,24 @@ export function describeDashboard(
       expect(await pwned()).toBeUndefined();
     });
 
+    it('keeps keyboard focus on its row when a live refresh draws the list again', async () => {
+      await open('#/dead-letters');
+      await page.locator('#live-every').selectOption('2');
+      await listAfterFilter({ type: 'order.placed', handler: 'Billing.onOrder' });
+      const ids = await rowIds();
+      await rows().nth(1).focus();
+      await page.evaluate('document.activeElement.__drawnBefore = true');
+      // A refresh replaced the row element (the mark is gone with the old one)... (polled with
+      // evaluate: the page's CSP refuses waitForFunction's string predicate)
+      const redrawn = `document.querySelector('#dead-letters tbody tr[data-id="${ids[1]}"]')?.__drawnBefore !== true`;
+      for (let waited = 0; !(await page.evaluate(redrawn)); waited += 100) {
+        expect(waited).toBeLessThan(10_000);
+        await page.waitForTimeout(100);
+      }
+      // ...and the focus moved to the new one, so Enter still opens it.
+      expect(await page.evaluate('document.activeElement?.getAttribute("data-id")')).toBe(ids[1]);
+    });
+
     it('opens a dead letter from the keyboard, replays and purges a selection', async () => {
       await listAfterFilter({ type: 'order.placed', handler: 'Billing.onOrder' });
       const ids = await rowIds();

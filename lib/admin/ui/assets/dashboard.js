@@ -66,6 +66,27 @@
     while (node.firstChild) node.removeChild(node.firstChild);
   }
 
+  /**
+   * Call before emptying a table body that is drawn again (a live refresh): returns a function
+   * that gives keyboard focus back to the same row, or its checkbox, by `data-id`, so a refresh
+   * does not take the focus from under a keyboard user (Enter would then open nothing).
+   */
+  function focusKeeper(body) {
+    const focused = document.activeElement;
+    const holder = focused && body.contains(focused) ? focused.closest('[data-id]') : null;
+    if (!holder) return () => undefined;
+    const id = holder.getAttribute('data-id');
+    const onBox = focused.tagName === 'INPUT';
+    return () => {
+      for (const row of body.rows) {
+        if (row.getAttribute('data-id') !== id) continue;
+        const target = (onBox && row.querySelector('input')) || row;
+        target.focus({ preventScroll: true });
+        return;
+      }
+    };
+  }
+
   function setText(id, value) {
     $(id).textContent = value === null || value === undefined ? '–' : String(value);
   }
@@ -482,6 +503,7 @@
 
   function drawHandlers(handlers) {
     const body = $('handlers').tBodies[0];
+    const refocus = focusKeeper(body);
     clear(body);
     $('handlers-empty').hidden = handlers.length > 0;
     $('handlers').hidden = handlers.length === 0;
@@ -507,6 +529,7 @@
       );
       body.appendChild(linkRow(row, hashWith('retrying', { handler: h.handler }, DELIVERY_FIELDS)));
     }
+    refocus();
   }
 
   /** 60 one-minute columns, delivered up and failed (red) down from the middle line. */
@@ -719,6 +742,7 @@
     deliveries.items = data.items || [];
     deliveries.nextCursor = data.nextCursor;
     const body = $('deliveries').tBodies[0];
+    const refocus = focusKeeper(body);
     clear(body);
     for (const item of deliveries.items) {
       const when = deliveries.state === 'leased' ? item.leaseUntil : item.availableAt;
@@ -736,6 +760,7 @@
       );
       body.appendChild(linkRow(row, '#/events/' + encodeURIComponent(item.eventId)));
     }
+    refocus();
     $('deliveries-empty').hidden = deliveries.items.length > 0;
     $('deliveries').hidden = deliveries.items.length === 0;
     renderPager('deliveries', deliveries);
@@ -779,6 +804,7 @@
 
   function renderList() {
     const body = $('dead-letters').tBodies[0];
+    const refocus = focusKeeper(body);
     clear(body);
     for (const item of list.items) {
       const box = el('input', {
@@ -807,6 +833,7 @@
       );
       body.appendChild(linkRow(row, '#/dead-letters/' + encodeURIComponent(item.id)));
     }
+    refocus();
     $('list-empty').hidden = list.items.length > 0;
     $('dead-letters').hidden = list.items.length === 0;
     $('filter-summary').textContent =
