@@ -160,6 +160,19 @@ export class PrismaMariaDbExecutor implements SqlExecutor {
     this.idle.unref();
   }
 
+  /**
+   * Ends the executor's own pool now (the store calls this when the app closes), rather than
+   * `IDLE_END_MS` later: until then its connections would keep the process alive. A statement
+   * after this opens another pool, ended in turn once idle.
+   */
+  async close(): Promise<void> {
+    clearTimeout(this.idle);
+    this.idle = undefined;
+    const adapter = this.adapter;
+    this.adapter = undefined;
+    await adapter?.then((a) => a.dispose()).catch(() => undefined);
+  }
+
   private async release(connection: MariaDbConnectionLike, broken = false): Promise<void> {
     try {
       if (broken) connection.destroy();

@@ -137,6 +137,11 @@ export interface SqlExecutor {
   watchCommits?(hooks: CommitHooks): () => void;
   /** PostgreSQL: how to open the wake-up listener's own connection; `null` when unknown. */
   listenerConnection?(): ListenerConnection | null;
+  /**
+   * Ends what the executor opened itself (never the caller's client), when the app closes: the
+   * store calls it on shutdown. Absent: the executor opens nothing of its own.
+   */
+  close?(): Promise<void>;
 }
 
 export function isSqlExecutor(value: unknown): value is SqlExecutor {

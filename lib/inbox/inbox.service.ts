@@ -4,6 +4,7 @@ import {
   Injectable,
   Logger,
   OnApplicationBootstrap,
+  OnApplicationShutdown,
   OnModuleInit,
   Optional,
 } from '@nestjs/common';
@@ -71,7 +72,7 @@ type InboxSource = DataSource | SqlExecutor;
  */
 @Injectable()
 export class InboxService
-  implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown
+  implements OnModuleInit, OnApplicationBootstrap, BeforeApplicationShutdown, OnApplicationShutdown
 {
   private readonly logger = new Logger('OutboxInbox');
   private readonly stores = new Map<unknown, Promise<InboxStore>>();
@@ -137,6 +138,16 @@ export class InboxService
       this.cleanupTimer = null;
     }
     await this.cleaning;
+  }
+
+  /**
+   * Ends what the consumers' executors opened themselves (the Prisma MariaDB executor's pool),
+   * never the caller's client: after the app's servers and microservices have stopped, so no
+   * message is being applied.
+   */
+  async onApplicationShutdown(): Promise<void> {
+    const executors = [...this.bySource.keys()].filter(isSqlExecutor);
+    await Promise.all(executors.map((executor) => executor.close?.().catch(() => undefined)));
   }
 
   /** Counters since the process started. */

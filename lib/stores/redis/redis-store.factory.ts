@@ -32,10 +32,16 @@ export async function createRedisOutboxStore(
   }
   const Redis = loadIoredis("The 'redis' outbox store");
   const client = new Redis(options.url, { ...options.redisOptions });
-  return new RedisOutboxStore({
-    client,
-    prefix: options.prefix,
-    ownsClient: true,
-    onWakeupError,
-  });
+  try {
+    return new RedisOutboxStore({
+      client,
+      prefix: options.prefix,
+      ownsClient: true,
+      onWakeupError,
+    });
+  } catch (error) {
+    // Refused options (a prefix with braces): the client made here would reconnect forever.
+    client.disconnect();
+    throw error;
+  }
 }

@@ -172,9 +172,13 @@ export class SqlOutboxStore implements OutboxStore {
     return this.commits.onAppended(listener);
   }
 
-  /** Stops signalling and listening, and leaves nothing behind on the DataSource. */
-  close(): Promise<void> {
-    return this.commits.close();
+  /**
+   * Stops signalling and listening, leaves nothing behind on the DataSource, and ends what the
+   * executor opened itself (the Prisma MariaDB executor's pool), never the caller's client.
+   */
+  async close(): Promise<void> {
+    await this.commits.close();
+    await this.executor.close?.();
   }
 
   // ---------------------------------------------------------------- claim and leases

@@ -430,6 +430,20 @@ describeWithService('redis', 'createRedisOutboxStore', () => {
     await admin.quit();
   });
 
+  it('closes the client it created from url when the options are refused', async () => {
+    const name = `outbox-${randomUUID().slice(0, 8)}`;
+    const admin = connect();
+    await expect(
+      createRedisOutboxStore(
+        { type: 'redis', url, prefix: 'a{b}', redisOptions: { connectionName: name } },
+        ctx,
+      ),
+    ).rejects.toBeInstanceOf(OutboxOptionsError);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(await admin.client('LIST')).not.toContain(`name=${name}`);
+    await admin.quit();
+  });
+
   it('refuses options without a client or url, or with something that is not a client', async () => {
     await expect(createRedisOutboxStore({ type: 'redis' }, ctx)).rejects.toBeInstanceOf(
       OutboxOptionsError,

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 import { ClsPluginTransactional, Transactional } from '@nestjs-cls/transactional';
 import { TransactionalAdapterPrisma } from '@nestjs-cls/transactional-adapter-prisma';
 import { INestApplication, Injectable, Module } from '@nestjs/common';
@@ -16,6 +17,7 @@ import {
   OutboxValidationError,
   prismaExecutor,
 } from 'nestjs-outbox';
+import { forkFixture } from '../../support/child-process';
 import { describeWithService } from '../../support/services';
 import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { mysql2StoreFor, openMysqlPool } from './mysql2-test-helpers';
@@ -325,4 +327,31 @@ describe('prismaExecutor(prisma) over @prisma/adapter-mariadb', () => {
       await prisma.$disconnect();
     }
   }, 30_000);
+
+  it.each(['outbox', 'inbox'])(
+    'ends its own pool when the app closes (%s): the process exits at once, not when the pool idles out',
+    async (mode) => {
+      const prefix = uniquePrefix('pmaria_exit');
+      const child = forkFixture(join(__dirname, 'fixtures', 'prisma-mariadb-exit.ts'), {
+        EXIT_PREFIX: prefix,
+        EXIT_MODE: mode,
+      });
+      const pool = openMysqlPool(1);
+      try {
+        const { closed } = await child.next<{ closed: number }>();
+        const gone = await Promise.race([
+          child.exited.then(() => Date.now()),
+          new Promise<null>((done) => setTimeout(() => done(null), 10_000)),
+        ]);
+        // The idle end of the executor's pool comes 5 s after its last statement.
+        expect(gone === null ? 'still running after 10 s' : gone - closed).toBeLessThan(2_500);
+        expect(await child.exited).toEqual({ code: 0, signal: null });
+      } finally {
+        await child.kill();
+        await (await mysql2StoreFor(pool, prefix)).drop();
+        await pool.end();
+      }
+    },
+    60_000,
+  );
 });
