@@ -1,9 +1,9 @@
 /**
  * The claim loop's state and every transition of it, without I/O: each decision to claim again —
  * after a wake-up, when a claim comes back full, when a slot frees, when written outcomes make
- * room or free a key — is a case of `next`. `ClaimScheduler` (claim-scheduler.ts) feeds it events and carries
- * out its actions; whether a claim may start at all (backoff, claims in flight, free slots) is
- * the scheduler's `claim`.
+ * room or free a key — is a case of `next`. `ClaimScheduler` (claim-scheduler.ts) feeds it events
+ * and carries out its actions; whether a claim may start at all (backoff, claims in flight, free
+ * slots) is the scheduler's `claim`.
  */
 
 /** Why a claim is owed before the next poll tick. Several may hold at once. */

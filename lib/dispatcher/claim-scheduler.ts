@@ -20,8 +20,9 @@ export interface ClaimTarget {
 
 /**
  * Decides when to claim: on the poll tick, after a wake-up, when a slot frees after a full claim,
- * when written outcomes make room or free a key; and how much: the free slots plus one batch ahead, up to
- * three claims in flight, none during a store-error backoff.
+ * when written outcomes make room or free a key; and how much: the free slots plus one batch
+ * ahead, up to three claims in flight, none during a store-error backoff (what is owed meanwhile
+ * is claimed when it ends).
  */
 export class ClaimScheduler {
   private state: ClaimLoopState = { kind: 'stopped', paused: false };

@@ -13,7 +13,7 @@ import { RegisteredHandler } from '../outbox-handler.registry';
 import { decideOutcome, RunResult } from './delivery-outcome';
 import { DispatcherCounters } from './outbox-dispatcher.stats';
 import { OutcomeReporter } from './outcome-reporter';
-import { RunTiming, Slot } from './run-slot';
+import { isKeyed, RunTiming, Slot } from './run-slot';
 
 /**
  * What follows a run: its outcome decided (`decideOutcome`, pure), handed to the reporter to be
@@ -199,11 +199,6 @@ export class RunOutcomes {
       workerId: this.workerId,
     };
   }
-}
-
-/** Whether a delivery's outcome, written, frees its key for the key's next event. */
-function isKeyed(delivery: ClaimedDelivery): boolean {
-  return delivery.event.key !== null && delivery.event.key !== undefined;
 }
 
 function observedError(error: unknown): ObservedError {

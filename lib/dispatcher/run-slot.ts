@@ -57,7 +57,7 @@ export class Slot extends HandlerCall implements KeptLease, PendingAck, RunTimin
   ) {
     super();
     this.lease = delivery.lease;
-    this.keyed = delivery.event.key !== null && delivery.event.key !== undefined;
+    this.keyed = isKeyed(delivery);
   }
 
   protected end(reason: unknown): void {
@@ -114,3 +114,8 @@ const SIGNAL_PROPERTY: PropertyDescriptor = {
     return RunContext.signalOf(this);
   },
 };
+
+/** Whether a delivery has a key: its outcome, written, frees the key for the key's next event. */
+export function isKeyed(delivery: ClaimedDelivery): boolean {
+  return delivery.event.key !== null && delivery.event.key !== undefined;
+}

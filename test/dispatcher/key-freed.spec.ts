@@ -140,6 +140,25 @@ describe('dispatcher: a written outcome that frees a key (memory store, fake tim
     expect(ran).toEqual(['a:0', 'a:1', 'null:9']);
   });
 
+  it('claims an event committed while the store is failing when the claim backoff ends', async () => {
+    const app = await open([Steps], {
+      storeErrorBackoffMs: 10_000,
+      storeErrorMaxBackoffMs: 10_000,
+    });
+    broken = true;
+    await app.outbox.append({ type: 'kf.step', payload: { n: 1 } });
+    await tick(10);
+    expect(app.dispatcher.stats().storeErrors).toBe(1);
+    // Committed during the backoff: its wake-up waits for the backoff, not for the poll tick.
+    await app.outbox.append({ type: 'kf.step', payload: { n: 2 } });
+    await tick(1_000);
+    broken = false;
+    await tick(5_000);
+    expect(ran).toEqual([]);
+    await tick(4_100);
+    expect(ran).toEqual(['null:1', 'null:2']);
+  });
+
   it.each([
     ['batched acks (ackMany)', true],
     ['one ack per call (no ackMany)', false],
