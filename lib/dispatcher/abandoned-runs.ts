@@ -38,7 +38,7 @@ export class AbandonedRuns {
 
   /** The abandoned run of this delivery whose handler still executes, if any. */
   get(deliveryId: string): AbandonedRun | undefined {
-    return this.runs.get(deliveryId);
+    return this.runs.size === 0 ? undefined : this.runs.get(deliveryId);
   }
 
   /**

@@ -135,6 +135,22 @@ function ackManyOn(dialect: TestDialect): void {
     });
   });
 
+  it('answers with each acknowledged id once, as the caller spelled it, whatever the order of the leases', async () => {
+    const claimed = await appendAndClaim(5);
+    // Out of id order (the statement wants them in it); on PostgreSQL an id in capitals still
+    // names its row (a uuid column), and comes back as given.
+    const leases = [...claimed].reverse().map((c) => c.lease);
+    const spelled =
+      dialect !== 'postgres'
+        ? leases
+        : leases.map((l, i) =>
+            i % 2 === 0 ? { ...l, deliveryId: l.deliveryId.toUpperCase() } : l,
+          );
+    const acked = await h.store.ackMany!(spelled);
+    expect([...acked].sort()).toEqual(spelled.map((l) => l.deliveryId).sort());
+    expect(await h.store.stats()).toMatchObject({ pending: 0, leased: 0 });
+  });
+
   it('removes a delivery from the open table exactly as ack does, so cleanup removes its event alike', async () => {
     const [one, two, open] = await appendAndClaim(3);
     await h.store.ack(one.lease);

@@ -57,6 +57,9 @@ export interface ClaimPlanRequest {
  * Builds the query selecting claimable delivery ids, oldest first: due pending (or expired leased)
  * deliveries of the worker's handlers that are the oldest open one of their (handler, key).
  * `within` narrows it to given ids; `lock` adds the dialect's `FOR UPDATE SKIP LOCKED`.
+ * `ClaimOp` keeps one function per set of subscriptions, and its text depends only on the options
+ * (`lock`, `columns`, how many ids `within` has), never on the values bound: a dialect may reuse
+ * the text of an earlier claim with the same function (PostgreSQL's `claim` does).
  */
 export type ClaimCandidates = (options: {
   limit: number;

@@ -25,23 +25,39 @@ export class AckOp {
 
   async ackMany(leases: Lease[]): Promise<string[]> {
     // A lease that is not a UUID cannot own a row (and PostgreSQL would reject it as a uuid).
-    const valid = leases.filter((l) => isUuid(l.deliveryId));
+    const valid: Lease[] = [];
+    for (const l of leases) if (isUuid(l.deliveryId)) valid.push(l);
     if (valid.length === 0) return [];
-    // Primary-key order: concurrent batches lock rows in one order.
-    valid.sort((a, b) => (a.deliveryId < b.deliveryId ? -1 : a.deliveryId > b.deliveryId ? 1 : 0));
+    // Primary-key order: concurrent batches lock rows in one order. (Ids are time-ordered, so
+    // a batch acknowledged together is often in that order already: no sort then.)
+    if (!inIdOrder(valid)) valid.sort(byDeliveryId);
     const d = this.ctx.dialect;
     const rows: Row[] = [];
     for (let i = 0; i < valid.length; i += ACK_MANY_CHUNK) {
-      const chunk = valid.slice(i, i + ACK_MANY_CHUNK);
+      const chunk = valid.length <= ACK_MANY_CHUNK ? valid : valid.slice(i, i + ACK_MANY_CHUNK);
       rows.push(...(await d.run(() => d.deleteLeased(chunk), d.deleteLeasedRunOptions)));
     }
-    // Report each acknowledged delivery under the id its caller gave.
-    const given = new Map(valid.map((l) => [l.deliveryId.toLowerCase(), l.deliveryId]));
-    const out = new Set<string>();
-    for (const r of rows) {
-      const id = String(r.id).toLowerCase();
-      out.add(given.get(id) ?? id);
+    // Each row comes back once (a row deleted is gone for the next chunk), reported under the id
+    // its caller gave: the row's own unless the caller spelled it in capitals.
+    const given = valid.some((l) => l.deliveryId !== l.deliveryId.toLowerCase())
+      ? new Map(valid.map((l) => [l.deliveryId.toLowerCase(), l.deliveryId]))
+      : null;
+    const acked = new Array<string>(rows.length);
+    for (let i = 0; i < rows.length; i++) {
+      const id = String(rows[i].id).toLowerCase();
+      acked[i] = given?.get(id) ?? id;
     }
-    return [...out];
+    return acked;
   }
+}
+
+function byDeliveryId(a: Lease, b: Lease): number {
+  return a.deliveryId < b.deliveryId ? -1 : a.deliveryId > b.deliveryId ? 1 : 0;
+}
+
+function inIdOrder(leases: readonly Lease[]): boolean {
+  for (let i = 1; i < leases.length; i++) {
+    if (leases[i - 1].deliveryId > leases[i].deliveryId) return false;
+  }
+  return true;
 }

@@ -1,15 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { ClaimedDelivery, ClaimRequest } from '../../../interfaces/outbox-store.interface';
 import { UNEXPANDED_HANDLER } from '../../../outbox.constants';
-import { ClaimCandidates, Plan } from '../dialects/sql-dialect';
+import { ClaimCandidates, Plan, Row } from '../dialects/sql-dialect';
 import { EMPTY, join, list, raw, sql, SqlText } from '../sql';
 import { StoreContext } from './context';
 import { newId } from '../../../ids';
 
 interface ClaimShape {
   names: string[];
-  nameList: SqlText;
-  unexpanded: SqlText;
+  candidates: ClaimCandidates;
 }
 
 /** Unexpanded deliveries turned into per-handler ones per claim, at most. */
@@ -43,44 +42,7 @@ export class ClaimOp {
     const { ctx } = this;
     const d = ctx.dialect;
     const token = randomUUID();
-    const { names, nameList, unexpanded } = shape;
-    // The handler names stay an IN list (not an array) on every dialect: they are the same on
-    // every claim of a worker, so the text is fixed per worker, and PostgreSQL folds a one-name
-    // list to `handler = $1`, which reads the claim index in `event_seq` order and stops at the
-    // limit instead of sorting the whole backlog.
-    // A key with a delivery running takes no other one (docs/guarantees.md, Guarantees 6). Only a replayed dead
-    // letter not claimed since (a pending row with `lease_until` set, see `DeadLetterOps`) can be
-    // older than a running delivery of its key, so only such a row looks for one: the common
-    // candidate decides from the claim index's own columns, as before. The running one, if any, is
-    // the first later open delivery of the key that is not such a replayed row (it was claimed
-    // while those were dead, and blocks every later one), so the lookup reads the key from the
-    // candidate on, stopping there, instead of every open delivery of the key.
-    // On PostgreSQL and MariaDB that delivery may be leased by a claim that has not committed
-    // (this statement still reads it pending): the locking claim takes its row lock as well, so
-    // the replayed row passes only if that row can be locked now and, locked, is not running
-    // (PostgreSQL rechecks the newest version of a row a claim committed meanwhile; MariaDB's
-    // locking read reads it). A claim holding it makes this one skip the replayed row this time.
-    // Whichever takes the lock first wins: a claim of that delivery skips it while it is held.
-    const later = sql`r.handler = c.handler AND r.event_key = c.event_key AND r.status IN ('pending', 'leased') AND r.event_seq > c.event_seq AND (r.lease_until IS NULL OR r.status = 'leased')`;
-    const candidates: ClaimCandidates = ({
-      limit,
-      lock,
-      within,
-      columns,
-    }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c${within ? sql` ${d.byId}` : EMPTY}
-WHERE c.handler IN (${nameList}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
-  AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
-  AND (c.event_key IS NULL OR (NOT EXISTS (
-    SELECT 1 FROM ${ctx.D} p
-    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}
-  AND (c.lease_until IS NULL OR c.status = 'leased' OR NOT EXISTS (
-    SELECT 1 FROM ${ctx.D} r
-    WHERE ${later}) OR EXISTS (
-    SELECT 1 FROM ${ctx.D} x
-    WHERE x.id = (SELECT r.id FROM ${ctx.D} r WHERE ${later} ORDER BY r.event_seq LIMIT 1)
-      AND (x.status = 'pending' OR x.lease_until <= ${d.now}) ${lock ? d.skipLocked : EMPTY}))))
-ORDER BY c.event_seq
-LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
+    const { names, candidates } = shape;
     // The lease's owner and token are this claim's; only its deadline (the database's clock)
     // comes back per row.
     this.columns ??= sql`d.id, d.handler, d.attempts, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${ctx.eventColumns('e')}`;
@@ -99,24 +61,73 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
         ),
       d.claimRunOptions,
     );
-    if (rows.length > 1) {
-      rows.sort(
-        (a, b) =>
-          Number(a.event_seq) - Number(b.event_seq) ||
-          String(a.handler).localeCompare(String(b.handler)),
-      );
-    }
+    if (!inClaimOrder(rows)) rows.sort(byClaimOrder);
     const owner = request.workerId;
+    // One statement sets every lease's deadline to the same value: its rows share one Date, as
+    // they share the owner and the token (a lease is replaced on renewal, never changed).
+    let leaseUntil: Date | null = null;
+    let leaseUntilValue: unknown;
     return rows.map((r) => {
       const id = String(r.id);
+      if (leaseUntil === null || r.lease_until !== leaseUntilValue) {
+        leaseUntilValue = r.lease_until;
+        leaseUntil = d.readTime(r.lease_until);
+      }
       return {
         id,
         handler: String(r.handler),
         attempt: Number(r.attempts),
         event: ctx.toEvent(r),
-        lease: { deliveryId: id, owner, token, leaseUntil: d.readTime(r.lease_until) },
+        lease: { deliveryId: id, owner, token, leaseUntil },
       };
     });
+  }
+
+  /**
+   * The claim's candidate query for one set of subscriptions. Kept with its shape, so the same
+   * function serves every claim of a worker: called with the same options, it gives the same text
+   * (see `ClaimCandidates`).
+   */
+  private candidatesOf(nameList: SqlText, unexpanded: SqlText): ClaimCandidates {
+    const { ctx } = this;
+    const d = ctx.dialect;
+    // The handler names stay an IN list (not an array) on every dialect: they are the same on
+    // every claim of a worker, so the text is fixed per worker, and PostgreSQL folds a one-name
+    // list to `handler = $1`, which reads the claim index in `event_seq` order and stops at the
+    // limit instead of sorting the whole backlog.
+    // A key with a delivery running takes no other one (docs/guarantees.md, Guarantees 6). Only a replayed dead
+    // letter not claimed since (a pending row with `lease_until` set, see `DeadLetterOps`) can be
+    // older than a running delivery of its key, so only such a row looks for one: the common
+    // candidate decides from the claim index's own columns, as before. The running one, if any, is
+    // the first later open delivery of the key that is not such a replayed row (it was claimed
+    // while those were dead, and blocks every later one), so the lookup reads the key from the
+    // candidate on, stopping there, instead of every open delivery of the key.
+    // On PostgreSQL and MariaDB that delivery may be leased by a claim that has not committed
+    // (this statement still reads it pending): the locking claim takes its row lock as well, so
+    // the replayed row passes only if that row can be locked now and, locked, is not running
+    // (PostgreSQL rechecks the newest version of a row a claim committed meanwhile; MariaDB's
+    // locking read reads it). A claim holding it makes this one skip the replayed row this time.
+    // Whichever takes the lock first wins: a claim of that delivery skips it while it is held.
+    const later = sql`r.handler = c.handler AND r.event_key = c.event_key AND r.status IN ('pending', 'leased') AND r.event_seq > c.event_seq AND (r.lease_until IS NULL OR r.status = 'leased')`;
+    return ({
+      limit,
+      lock,
+      within,
+      columns,
+    }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c${within ? sql` ${d.byId}` : EMPTY}
+WHERE c.handler IN (${nameList}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
+  AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
+  AND (c.event_key IS NULL OR (NOT EXISTS (
+    SELECT 1 FROM ${ctx.D} p
+    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}
+  AND (c.lease_until IS NULL OR c.status = 'leased' OR NOT EXISTS (
+    SELECT 1 FROM ${ctx.D} r
+    WHERE ${later}) OR EXISTS (
+    SELECT 1 FROM ${ctx.D} x
+    WHERE x.id = (SELECT r.id FROM ${ctx.D} r WHERE ${later} ORDER BY r.event_seq LIMIT 1)
+      AND (x.status = 'pending' OR x.lease_until <= ${d.now}) ${lock ? d.skipLocked : EMPTY}))))
+ORDER BY c.event_seq
+LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
   }
 
   /** The SQL parts of a set of subscriptions, built once per distinct set. */
@@ -125,7 +136,9 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     let shape = this.shapes.get(key);
     if (!shape) {
       const names = [...new Set(request.handlers.map((h) => h.name))];
-      shape = { names, nameList: list(names), unexpanded: this.unexpandedBlocker(request) };
+      const nameList = list(names);
+      const candidates = this.candidatesOf(nameList, this.unexpandedBlocker(request));
+      shape = { names, candidates };
       // Sets come from code (a worker has one); the bound only guards against a caller that
       // makes a new one per claim.
       if (this.shapes.size >= 100) this.shapes.clear();
@@ -180,6 +193,9 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
    */
   private async expand(request: ClaimRequest): Promise<void> {
     const { ctx } = this;
+    // Cheap unlocked probe first, so the common case costs one statement and no transaction, and
+    // after an empty probe none at all for a while (an app-clock throttle, not a due time).
+    if (performance.now() < ctx.expandQuietUntil) return;
     const byType = new Map<string, string[]>();
     for (const h of request.handlers) {
       for (const type of h.types)
@@ -188,9 +204,6 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     if (byType.size === 0) return;
     const select = (lock: SqlText) =>
       sql`SELECT id, event_type FROM ${ctx.D} WHERE handler = ${UNEXPANDED_HANDLER} AND status = 'pending' AND available_at <= ${ctx.dialect.now} AND event_type IN (${list([...byType.keys()])}) ORDER BY event_seq LIMIT ${raw(String(EXPAND_BATCH))} ${lock}`;
-    // Cheap unlocked probe first, so the common case costs one statement and no transaction, and
-    // after an empty probe none at all for a while (an app-clock throttle, not a due time).
-    if (performance.now() < ctx.expandQuietUntil) return;
     const probe = await ctx.one(select(EMPTY));
     if (probe.rows.length === 0) {
       ctx.expandQuietUntil = performance.now() + EXPAND_PROBE_QUIET_MS;
@@ -220,4 +233,16 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
       { transaction: true, deadlockRetries: 3 },
     );
   }
+}
+
+/** Rows in claim order: oldest event first, then by handler name (one event, several handlers). */
+function byClaimOrder(a: Row, b: Row): number {
+  return (
+    Number(a.event_seq) - Number(b.event_seq) || String(a.handler).localeCompare(String(b.handler))
+  );
+}
+
+function inClaimOrder(rows: readonly Row[]): boolean {
+  for (let i = 1; i < rows.length; i++) if (byClaimOrder(rows[i - 1], rows[i]) > 0) return false;
+  return true;
 }
