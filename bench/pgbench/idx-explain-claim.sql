@@ -1,4 +1,4 @@
--- Run 16: schema 3's claim (ClaimOp + PostgresDialect.claim, one handler, keyed, the unexpanded
+-- Run 17: schema 3's claim (ClaimOp + PostgresDialect.claim, one handler, keyed, the unexpanded
 -- blocker for one type) as a generic prepared plan on xa_ tables filled by idx-fill.sql, rolled back.
 --   psql -d <db> -v h="'Handlers.a'" -f idx-explain-claim.sql   (Handlers.z: a handler with nothing open)
 SET plan_cache_mode = force_generic_plan;
