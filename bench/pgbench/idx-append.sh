@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 16 (issue 27, append side): the business transaction + hand-rolled INSERT against + schema
+# Run 17 (issue 27, append side): the business transaction + hand-rolled INSERT against + schema
 # 3's append statement on variants of its tables (idx-setup.sql), pgbench in prepared mode, no
 # client library. Each round runs every variant at 1 and 8 clients in a rotated order; tables
 # emptied and a CHECKPOINT before each run; WAL bytes per transaction from pg_current_wal_lsn().

@@ -1,4 +1,4 @@
--- Run 16: retention, deleteOrphans and the by-event_seq lookups (inspection, undoAppend) on xa_
+-- Run 17: retention, deleteOrphans and the by-event_seq lookups (inspection, undoAppend) on xa_
 -- tables filled by idx-fill.sql (1,000,000 retained events, 20,000 open). The variant's DDL runs
 -- in a transaction that is rolled back:
 --   psql -d <db> -v label=b -v ddl='DROP INDEX xa_events_available_idx;' -f idx-explain-retention.sql

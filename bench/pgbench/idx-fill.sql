@@ -1,4 +1,4 @@
--- Run 16: tables of prefix @P@ filled for EXPLAIN — 1,000,000 retained events (delivered: no
+-- Run 17: tables of prefix @P@ filled for EXPLAIN — 1,000,000 retained events (delivered: no
 -- delivery left, due 8 days ago to 1 day ago), 20,000 open ones (10,000 each of two handlers, keyed
 -- by 200 keys), 1,000 dead letters on retained events.  sed s/@P@/ia_/g idx-fill.sql | psql -d <db>
 TRUNCATE @P@events, @P@deliveries, @P@dead_letters;

@@ -1,4 +1,4 @@
--- Run 16 (issue 27, append side): schema 3's tables and variants with fewer index entries, made by
+-- Run 17 (issue 27, append side): schema 3's tables and variants with fewer index entries, made by
 -- SQL in a database of its own (bench/pgbench/idx-append.sh). Prefixes:
 --   ia_  schema 3 as lib/stores/typeorm/dialects/postgres/ddl.ts creates it (a)
 --   ib_  without events_available_idx (b)

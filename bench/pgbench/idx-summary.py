@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run 16: per-round ratios to the hand-rolled INSERT and to schema 3 (variant a), medians, from idx-append.sh's log."""
+"""Run 17: per-round ratios to the hand-rolled INSERT and to schema 3 (variant a), medians, from idx-append.sh's log."""
 import re, statistics, sys
 from collections import defaultdict
 tps = defaultdict(dict)  # (sync, clients, round) -> variant -> tps

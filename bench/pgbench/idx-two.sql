@@ -1,4 +1,4 @@
--- Run 16: schema 3's tables (ia_), the append as two plain INSERTs instead of the CTE + unnest.
+-- Run 17: schema 3's tables (ia_), the append as two plain INSERTs instead of the CTE + unnest.
 BEGIN;
 INSERT INTO idx_orders (id, total) VALUES (gen_random_uuid(), 1);
 INSERT INTO ia_events (id, type, event_key, payload, headers, occurred_at, available_at)

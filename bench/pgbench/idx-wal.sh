@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 16: the WAL records one transaction of a pgbench script writes (its own xid, pg_walinspect;
+# Run 17: the WAL records one transaction of a pgbench script writes (its own xid, pg_walinspect;
 # needs CREATE EXTENSION pg_walinspect), after 20 warm-up transactions. Full-page images shown apart.
 #   idx-wal.sh <db> <script.sql with table names substituted>
 DB=${1:?database}
