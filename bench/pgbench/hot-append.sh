@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 17: the append statement on schema 3 (a) and on the HOT-able layouts (hNN) from pgbench
+# Run 18: the append statement on schema 3 (a) and on the HOT-able layouts (hNN) from pgbench
 # (prepared mode), business transaction + one event, 1 and 8 clients, order rotated per round,
 # tables emptied and a CHECKPOINT before each run. SYNC=off (default) adds SET LOCAL
 # synchronous_commit = off (the statement's cost without waiting for the flush).

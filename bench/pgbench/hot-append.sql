@@ -1,4 +1,4 @@
--- Run 17: the business transaction plus schema 3's one-event append (appendOneStatement, values
+-- Run 18: the business transaction plus schema 3's one-event append (appendOneStatement, values
 -- inline) into hot_VARIANT_events / hot_VARIANT_deliveries (hot-append.sh substitutes VARIANT).
 BEGIN;
 INSERT INTO hot_orders (id, total) VALUES (gen_random_uuid(), 1);

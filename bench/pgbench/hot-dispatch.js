@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /* global require, module, process, console, performance, setTimeout */
 /*
- * Issue 27 spike (bench/RESULTS.md run 17): can the claim's UPDATE be HOT on PostgreSQL, and is
+ * Issue 27 spike (bench/RESULTS.md run 18): can the claim's UPDATE be HOT on PostgreSQL, and is
  * dispatch cheaper for it? No library involved; tables `hot_<variant>_events` / `_deliveries` in
  * a database of its own (PGDATABASE, default hot_spk):
  *   a     schema 3 as lib/stores/typeorm/dialects/postgres/ddl.ts creates it: the claim index

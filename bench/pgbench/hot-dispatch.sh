@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 17: drains of 20,000 pre-appended events by 2 raw claim loops (hot-dispatch.js), schema 3
+# Run 18: drains of 20,000 pre-appended events by 2 raw claim loops (hot-dispatch.js), schema 3
 # (a) against the HOT-able layout at several fillfactors (hNN), no key and 200 keys, rounds
 # interleaved in a rotated order. A database of its own (PGDATABASE, default hot_spk).
 #   PGDATABASE=hot_spk node bench/pgbench/hot-dispatch.js setup

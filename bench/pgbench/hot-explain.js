@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /* global require, process, console */
 /*
- * Run 17: EXPLAIN (ANALYZE, BUFFERS, WAL) of one claim of 100 with 20,000 open deliveries of which
+ * Run 18: EXPLAIN (ANALYZE, BUFFERS, WAL) of one claim of 100 with 20,000 open deliveries of which
  * the oldest 200 are leased (two claims of 100 by the variant's own statement, not acknowledged),
  * per variant, as a prepared statement (7 executions: the first five custom plans, then the
  * generic one), each in a transaction rolled back so every run sees the same rows.

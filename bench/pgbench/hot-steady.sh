@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 17: steady state — pgbench appends (hot-append.sql, synchronous_commit off, 2 clients,
+# Run 18: steady state — pgbench appends (hot-append.sql, synchronous_commit off, 2 clients,
 # rate-limited) while 2 claim loops (hot-dispatch.js steady) claim and acknowledge what arrives,
 # for `seconds`; per variant in a rotated order: HOT share of the claims, loop backends' CPU per
 # event, WAL per event (appends included). Every event has a key of its own (md5), as in run 15.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run 17: per variant and key count, medians of hot-dispatch.sh logs and per-round ratios to a.
+"""Run 18: per variant and key count, medians of hot-dispatch.sh logs and per-round ratios to a.
    hot-summary.py log [log…] (rounds of different logs are kept apart)"""
 import json, re, statistics as st, sys
 from collections import defaultdict
