@@ -199,7 +199,17 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
     try {
       const durationMs = performance.now() - run.started;
       const interrupted = run.interruptedBy !== undefined && failure === run.interruptedBy;
-      const named = failed && !interrupted && failure instanceof OutboxBatchError ? failure : null;
+      let named = failed && !interrupted && failure instanceof OutboxBatchError ? failure : null;
+      const stranger = named ? nameOutside(named, run) : undefined;
+      if (stranger !== undefined) {
+        // A name that is no event of the batch (a delivery id, a payload's id): the report is
+        // wrong, so nothing of it is trusted; acknowledging the rest could lose a failed event.
+        failure = new OutboxError(
+          `OutboxBatchError names ${JSON.stringify(stranger)}, not the id of an event of this ` +
+            'batch (name events by event or event.id): every event of the batch failed',
+        );
+        named = null;
+      }
       for (const slot of run.slots) {
         slot.finished = true;
         slot.durationMs = durationMs;
@@ -378,4 +388,13 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
     }
     if (next < Infinity) this.armTimeout(next);
   }
+}
+
+/** The first name of `error` that is not the id of an event of `run`, if any. */
+function nameOutside(error: OutboxBatchError, run: BatchRun): string | undefined {
+  if (error.failures.size === 0) return undefined;
+  // From the slots: the handler may have emptied or reordered the array it was given.
+  const ids = new Set(run.slots.map((s) => s.delivery.event.id));
+  for (const id of error.failures.keys()) if (!ids.has(id)) return id;
+  return undefined;
 }

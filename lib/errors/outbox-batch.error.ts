@@ -6,7 +6,9 @@ import { OutboxError } from './outbox.error';
  * its batch failed, each with its own error: those are retried or dead-lettered one by one under
  * the handler's retry policy (a `NonRetryableError` dead-letters its event at once), and every
  * other event of the batch is acknowledged. Any other error fails every event of the batch.
- * Events are named by `event.id` (or the event itself); ids not in the batch are ignored.
+ * Events are named by `event.id` (or the event itself). A name that is no event id of the batch
+ * (a delivery id, say) makes the report untrusted: every event of the batch fails, as for any
+ * other error.
  */
 export class OutboxBatchError extends OutboxError {
   /** The failed events' errors, by event id. */

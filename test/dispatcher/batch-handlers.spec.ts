@@ -5,6 +5,8 @@ import {
   Lease,
   LeaseLostError,
   MemoryOutboxStore,
+  NonRetryableError,
+  OutboxBatchError,
   OutboxEvent,
   OutboxHandler,
   OutboxHandlerOptions,
@@ -192,5 +194,62 @@ describe('batch handlers: options checked at bootstrap', () => {
     await expect(createOutboxApp([handlerWith({ batch: { max: 5 } }, true)])).rejects.toThrow(
       /@OutboxHandler batch on Bad\.write.*@Inbox\(\) records one message per call/,
     );
+  });
+});
+
+describe('batch handlers: OutboxBatchError names only events of its batch (memory store)', () => {
+  let t: TestApp | undefined;
+  afterEach(async () => {
+    await t?.app.close();
+    t = undefined;
+  });
+
+  it('a name that is not an event id of the batch (a delivery id) fails every event, none is acked', async () => {
+    const calls: { ns: number[]; attempts: number[] }[] = [];
+    @Injectable()
+    class ByDeliveryId {
+      @OutboxHandler('u.metric', { name: 'by-delivery', batch: { max: 10 }, maxAttempts: 3 })
+      write(events: OutboxEvent<N>[], ctx: OutboxBatchContext) {
+        calls.push({
+          ns: events.map((e) => e.payload.n),
+          attempts: ctx.deliveries.map((d) => d.attempt),
+        });
+        if (calls.length > 1) return;
+        // A mistake: the delivery id is not how events are named.
+        throw new OutboxBatchError([[ctx.deliveries[1].deliveryId, new Error('index refused')]]);
+      }
+    }
+    const store = new MemoryOutboxStore();
+    t = await createOutboxApp([ByDeliveryId], {
+      store,
+      dispatcher: { pollInterval: 20, backoff: { initialMs: 20, jitter: 0 } },
+    });
+    await t.outbox.append([0, 1, 2].map((n) => ({ type: 'u.metric', payload: { n } })));
+    expect(await eventually(() => t!.dispatcher.stats().succeeded === 3, 5_000)).toBe(true);
+    // Not silently acknowledged: the failure reaches every event, each retried on its own.
+    expect(calls.slice(1).flatMap((c) => c.attempts)).toEqual([2, 2, 2]);
+    expect(t.dispatcher.stats()).toMatchObject({ retried: 3, failed: 3 });
+  });
+
+  it('a handler that empties its events array can still name the failed ones', async () => {
+    const runs = new Map<number, number>();
+    @Injectable()
+    class H {
+      @OutboxHandler('q6.metric', { name: 'q6', batch: { max: 10 }, maxAttempts: 2 })
+      write(events: OutboxEvent<N>[]) {
+        const failed: [OutboxEvent<N>, unknown][] = [];
+        while (events.length > 0) {
+          const e = events.shift()!;
+          runs.set(e.payload.n, (runs.get(e.payload.n) ?? 0) + 1);
+          if (e.payload.n === 1) failed.push([e, new NonRetryableError('no')]);
+        }
+        if (failed.length) throw new OutboxBatchError(failed);
+      }
+    }
+    t = await createOutboxApp([H], { dispatcher: { enabled: false } });
+    await t.outbox.append([0, 1, 2].map((n) => ({ type: 'q6.metric', payload: { n } })));
+    await t.dispatcher.drain();
+    expect([0, 1, 2].map((n) => runs.get(n))).toEqual([1, 1, 1]);
+    expect(t.dispatcher.stats()).toMatchObject({ succeeded: 2, deadLettered: 1, retried: 0 });
   });
 });
