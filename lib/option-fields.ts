@@ -2,6 +2,11 @@ import { OutboxOptionsError } from './errors/outbox-options.error';
 
 /** Option readers shared by every options resolver: they name the option path in their errors. */
 
+/** A refused value as an error says it: JSON, but NaN and ±Infinity as themselves (JSON: null). */
+export function shown(value: unknown): string {
+  return typeof value === 'number' ? String(value) : String(JSON.stringify(value));
+}
+
 export function positiveInt(
   field: string,
   value: unknown,
@@ -12,10 +17,7 @@ export function positiveInt(
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     const range = max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `from ${min} to ${max}`;
-    throw new OutboxOptionsError(
-      field,
-      `expected an integer ${range}, got ${JSON.stringify(value)}`,
-    );
+    throw new OutboxOptionsError(field, `expected an integer ${range}, got ${shown(value)}`);
   }
   return value;
 }
@@ -23,10 +25,7 @@ export function positiveInt(
 export function fraction(field: string, value: unknown, fallback: number): number {
   if (value === undefined) return fallback;
   if (typeof value !== 'number' || !(value >= 0 && value <= 1)) {
-    throw new OutboxOptionsError(
-      field,
-      `expected a number between 0 and 1, got ${JSON.stringify(value)}`,
-    );
+    throw new OutboxOptionsError(field, `expected a number between 0 and 1, got ${shown(value)}`);
   }
   return value;
 }

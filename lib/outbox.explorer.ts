@@ -39,7 +39,7 @@ import { OutboxMetadataAccessor } from './outbox-metadata.accessor';
 import { OutboxMessages } from './outbox.messages';
 import { resolveBackoff } from './outbox-options';
 import { unstorableText } from './outbox-validation';
-import { OptionKeys, refuseUnknownKeys } from './option-fields';
+import { OptionKeys, refuseUnknownKeys, shown } from './option-fields';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
 
@@ -375,7 +375,7 @@ export function mergeOptions(source: string, all: OutboxHandlerOptions[]): Outbo
       if (!Number.isInteger(max) || max < 1 || max > BATCH_MAX_LIMIT) {
         throw refuse(
           'batch.max',
-          `expected an integer from 1 to ${BATCH_MAX_LIMIT}, got ${JSON.stringify(max)}`,
+          `expected an integer from 1 to ${BATCH_MAX_LIMIT}, got ${shown(max)}`,
         );
       }
     }
@@ -388,7 +388,7 @@ export function mergeOptions(source: string, all: OutboxHandlerOptions[]): Outbo
     if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
       throw new OutboxOptionsError(
         `@OutboxHandler ${field} on ${source}`,
-        `expected an integer ≥ 1, got ${JSON.stringify(value)}`,
+        `expected an integer ≥ 1, got ${shown(value)}`,
       );
     }
   }

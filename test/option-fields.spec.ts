@@ -9,7 +9,7 @@ import {
   OutboxModule,
   OutboxOptionsError,
 } from 'nestjs-outbox';
-import { refuseUnknownKeys } from '../lib/option-fields';
+import { fraction, positiveInt, refuseUnknownKeys } from '../lib/option-fields';
 import { resolveOutboxAdminOptions } from '../lib/admin/outbox-admin-options';
 
 /** Unknown option keys are refused everywhere options are read (docs/configuration.md). */
@@ -25,6 +25,15 @@ async function bootError(imports: any[], providers: any[] = []): Promise<unknown
     return error;
   }
 }
+
+describe('numeric option readers', () => {
+  it('say NaN and Infinity as such (JSON would say null)', () => {
+    expect(() => positiveInt('x.concurrency', NaN, 1)).toThrow(/got NaN$/);
+    expect(() => positiveInt('x.concurrency', Infinity, 1)).toThrow(/got Infinity$/);
+    expect(() => fraction('x.jitter', NaN, 0.2)).toThrow(/got NaN$/);
+    expect(() => positiveInt('x.concurrency', '4', 1)).toThrow(/got "4"$/);
+  });
+});
 
 describe('refuseUnknownKeys', () => {
   const known = { pollInterval: true, batchSize: true, allowInProduction: true } as const;

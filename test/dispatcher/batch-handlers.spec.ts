@@ -178,6 +178,11 @@ describe('batch handlers: options checked at bootstrap', () => {
     [{ batch: { max: 2.5 } }, /batch\.max .*got 2\.5/],
     [{ batch: { max: '10' } }, /batch\.max .*got "10"/],
     [{ batch: {} }, /batch\.max .*got undefined/],
+    // Number(process.env.X) of an unset variable: said as NaN, not as JSON's null.
+    [{ batch: { max: NaN } }, /batch\.max .*got NaN$/],
+    [{ batch: { max: Infinity } }, /batch\.max .*got Infinity$/],
+    [{ batch: { max: -1 } }, /batch\.max .*got -1$/],
+    [{ batch: { max: 10 }, timeoutMs: NaN }, /timeoutMs on Bad\.write.*got NaN$/],
     [{ batch: 10 }, /@OutboxHandler batch on Bad\.write.*expected \{ max: number \}, got 10/],
     [{ batch: { max: 10, maxWait: 5 } }, /batch\.maxWait on Bad\.write/],
     [
