@@ -6,6 +6,8 @@
 //     node -r ../node_modules/ts-node/register/transpile-only src/idle-claim.ts
 // IC_MINE: open deliveries of each of the worker's handlers (IC_HANDLERS, comma-separated),
 // interleaved with the other handler's; IC_KEEP=1 keeps the tables of IC_PREFIX for another run.
+// IC_DRAIN=1: after the six runs, delete the worker's handlers' deliveries (VACUUM, no ANALYZE) and
+// EXPLAIN then: the plan the server chose while they were busy, now with nothing of theirs open.
 import { randomUUID } from 'node:crypto';
 import * as path from 'node:path';
 import { DataSource } from 'typeorm';
@@ -95,6 +97,12 @@ async function main(): Promise<void> {
     claimed = (await runner.query(exec)).length;
     await runner.query('ROLLBACK');
   }
+  if (process.env.IC_DRAIN) {
+    // The worker's handlers drain after the server settled on a plan for their busy claims: the
+    // same prepared statement, no new statistics (VACUUM, no ANALYZE).
+    await ds.query(`DELETE FROM ${tables.deliveries.text} WHERE handler = ANY($1)`, [HANDLERS]);
+    await ds.query(`VACUUM ${tables.deliveries.text}`);
+  }
   const out: string[] = [];
   for (let i = 0; i < 3; i++) {
     await runner.query('BEGIN');
@@ -103,7 +111,7 @@ async function main(): Promise<void> {
     if (i === 2) for (const r of plan) out.push(r['QUERY PLAN']);
   }
   console.log(`open: ${open}; worker ${HANDLERS.join(',')}; claimed ${claimed}`);
-  if (process.env.IC_VERBOSE) console.log(text);
+  if (process.env.IC_VERBOSE) console.log(text + '\n-- params: ' + JSON.stringify(params));
   const generic = /\$1(?!\d)/.test(out.join('\n')) ? 'generic' : 'custom';
   console.log(`plan: ${generic}`);
   if (process.env.IC_FULL) console.log(out.join('\n'));
