@@ -167,6 +167,12 @@ export interface SqlDialect {
   /** Row-locking suffix for claim candidates. */
   readonly skipLocked: SqlText;
   /**
+   * The claim reads each handler's part of the claim index on its own (PostgreSQL: a generic
+   * prepared plan; see `ClaimOp.candidatesOf`). Dialects that plan every claim with its values
+   * leave it unset.
+   */
+  readonly claimPerHandler?: boolean;
+  /**
    * Index hint for statements that address deliveries by id. MySQL's optimizer, with the
    * statistics of a young table, may otherwise walk a status index and lock every row it reads.
    */

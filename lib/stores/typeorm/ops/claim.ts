@@ -88,7 +88,7 @@ export class ClaimOp {
    * function serves every claim of a worker: called with the same options, it gives the same text
    * (see `ClaimCandidates`).
    */
-  private candidatesOf(nameList: SqlText, unexpanded: SqlText): ClaimCandidates {
+  private candidatesOf(names: string[], unexpanded: SqlText): ClaimCandidates {
     const { ctx } = this;
     const d = ctx.dialect;
     // The handler names stay an IN list (not an array) on every dialect: they are the same on
@@ -109,13 +109,8 @@ export class ClaimOp {
     // locking read reads it). A claim holding it makes this one skip the replayed row this time.
     // Whichever takes the lock first wins: a claim of that delivery skips it while it is held.
     const later = sql`r.handler = c.handler AND r.event_key = c.event_key AND r.status IN ('pending', 'leased') AND r.event_seq > c.event_seq AND (r.lease_until IS NULL OR r.status = 'leased')`;
-    return ({
-      limit,
-      lock,
-      within,
-      columns,
-    }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c${within ? sql` ${d.byId}` : EMPTY}
-WHERE c.handler IN (${nameList}) AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
+    const where = (handler: SqlText, within: unknown[] | undefined, lock: boolean) =>
+      sql`WHERE ${handler} AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
   AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
   AND (c.event_key IS NULL OR (NOT EXISTS (
     SELECT 1 FROM ${ctx.D} p
@@ -125,9 +120,61 @@ WHERE c.handler IN (${nameList}) AND c.status IN ('pending', 'leased')${within ?
     WHERE ${later}) OR EXISTS (
     SELECT 1 FROM ${ctx.D} x
     WHERE x.id = (SELECT r.id FROM ${ctx.D} r WHERE ${later} ORDER BY r.event_seq LIMIT 1)
-      AND (x.status = 'pending' OR x.lease_until <= ${d.now}) ${lock ? d.skipLocked : EMPTY}))))
+      AND (x.status = 'pending' OR x.lease_until <= ${d.now}) ${lock ? d.skipLocked : EMPTY}))))`;
+    if (d.claimPerHandler) return this.perHandler(names, where);
+    const nameList = list(names);
+    return ({
+      limit,
+      lock,
+      within,
+      columns,
+    }) => sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c${within ? sql` ${d.byId}` : EMPTY}
+${where(sql`c.handler IN (${nameList})`, within, lock)}
 ORDER BY c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
+  }
+
+  /**
+   * PostgreSQL runs the claim as a prepared statement, whose generic plan (after five runs) does
+   * not know the handler's name: with `c.handler = $1 ORDER BY c.event_seq`, the unique
+   * `(event_seq, handler)` index serves the order as well as the claim index, and the planner,
+   * estimating a share of 1 / (distinct handlers) for any name and preferring that index's heap
+   * correlation, walks it with the name as a filter — reading every other handler's open
+   * deliveries older than the worker's (all of them when the worker's handlers have none open).
+   * Here each handler reads only its own part of the claim index `(handler, event_seq)`: the name
+   * is written as a range (`>= AND <=`, the same rows: the column's collation is deterministic),
+   * so it is no equality the planner would fold the order's `c.handler` into, and the order
+   * `(c.handler, c.event_seq)` is one only that index gives without a sort. One handler: that
+   * query. Several: one such query per handler (a LATERAL over the names, each with the limit and
+   * SKIP LOCKED: it locks at most `limit` rows per handler for the statement's duration, skipping
+   * rows other claims hold as before), then the oldest `limit` of them across the handlers, so no
+   * handler waits behind another's backlog.
+   */
+  private perHandler(
+    names: string[],
+    where: (handler: SqlText, within: unknown[] | undefined, lock: boolean) => SqlText,
+  ): ClaimCandidates {
+    const { ctx } = this;
+    const d = ctx.dialect;
+    if (names.length === 1) {
+      const name = names[0];
+      return ({ limit, lock, within, columns }) =>
+        sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c
+${where(sql`c.handler >= ${name} AND c.handler <= ${name}`, within, lock)}
+ORDER BY c.handler, c.event_seq
+LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
+    }
+    const values = join(
+      names.map((n) => sql`(${n}::text)`),
+      ', ',
+    );
+    return ({ limit, lock, within, columns }) =>
+      sql`SELECT ${columns ?? raw('c.id')} FROM (VALUES ${values}) h(name) CROSS JOIN LATERAL (SELECT c.* FROM ${ctx.D} c
+${where(sql`c.handler >= h.name AND c.handler <= h.name`, within, lock)}
+ORDER BY c.handler, c.event_seq
+LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}) c
+ORDER BY c.event_seq, c.handler
+LIMIT ${Math.floor(limit)}`;
   }
 
   /** The SQL parts of a set of subscriptions, built once per distinct set. */
@@ -136,8 +183,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     let shape = this.shapes.get(key);
     if (!shape) {
       const names = [...new Set(request.handlers.map((h) => h.name))];
-      const nameList = list(names);
-      const candidates = this.candidatesOf(nameList, this.unexpandedBlocker(request));
+      const candidates = this.candidatesOf(names, this.unexpandedBlocker(request));
       shape = { names, candidates };
       // Sets come from code (a worker has one); the bound only guards against a caller that
       // makes a new one per claim.

@@ -34,6 +34,7 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   readonly nowMs = raw('(floor(extract(epoch from now()) * 1000))::bigint');
   readonly skipLocked = raw('FOR UPDATE SKIP LOCKED');
   readonly byId = raw('');
+  readonly claimPerHandler = true;
   readonly updateReturning = true;
   readonly maxStatementBytes = 256 * 1024 * 1024;
   // One statement claims; SKIP LOCKED keeps concurrent claimers from waiting on each other.
