@@ -2,7 +2,14 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { OutboxOptionsError } from './errors/outbox-options.error';
 import { describeValue, isSqlExecutor } from './executors/sql-executor';
-import { fraction, OptionKeys, plainObject, positiveInt, refuseUnknownKeys } from './option-fields';
+import {
+  fraction,
+  OptionKeys,
+  plainObject,
+  positiveInt,
+  refuseUnknownKeys,
+  shown,
+} from './option-fields';
 import { resolveInboxOptions } from './inbox/inbox-options';
 import { resolveObservabilityOptions } from './observability/observability-options';
 import {
@@ -152,10 +159,7 @@ export function resolveBackoff(
     factor !== undefined &&
     (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1)
   ) {
-    throw new OutboxOptionsError(
-      `${field}.factor`,
-      `expected a number ≥ 1, got ${JSON.stringify(factor)}`,
-    );
+    throw new OutboxOptionsError(`${field}.factor`, `expected a number ≥ 1, got ${shown(factor)}`);
   }
   const backoff = {
     initialMs: positiveInt(`${field}.initialMs`, b.initialMs, base.initialMs, 0),

@@ -10,6 +10,9 @@ import {
   OutboxOptionsError,
 } from 'nestjs-outbox';
 import { fraction, positiveInt, refuseUnknownKeys } from '../lib/option-fields';
+import { resolveBackoff } from '../lib/outbox-options';
+import { OutboxRelayModule } from '../lib/relay/outbox-relay.module';
+import { OutboxedEvent } from '../lib/bridges/cqrs/outboxed-event.decorator';
 import { resolveOutboxAdminOptions } from '../lib/admin/outbox-admin-options';
 
 /** Unknown option keys are refused everywhere options are read (docs/configuration.md). */
@@ -32,6 +35,18 @@ describe('numeric option readers', () => {
     expect(() => positiveInt('x.concurrency', Infinity, 1)).toThrow(/got Infinity$/);
     expect(() => fraction('x.jitter', NaN, 0.2)).toThrow(/got NaN$/);
     expect(() => positiveInt('x.concurrency', '4', 1)).toThrow(/got "4"$/);
+  });
+
+  it('say NaN as such in the backoff, relay and @OutboxedEvent readers too', () => {
+    expect(() =>
+      resolveBackoff('backoff', { factor: NaN }, { initialMs: 1, maxMs: 2, factor: 2, jitter: 0 }),
+    ).toThrow(/got NaN$/);
+    const relay = { name: 'r', client: 'BROKER', types: 'a.b' };
+    expect(() => OutboxRelayModule.register({ ...relay, publishTimeoutMs: NaN })).toThrow(
+      /got NaN$/,
+    );
+    expect(() => OutboxRelayModule.register({ ...relay, mqttQos: NaN as 1 })).toThrow(/got NaN$/);
+    expect(() => OutboxedEvent({ version: NaN })(class Placed {})).toThrow(/got NaN$/);
   });
 });
 

@@ -7,7 +7,7 @@ import { OutboxRelayOptionsError } from './outbox-relay-options.error';
 import { createRelayClass, getOutboxRelayToken } from './outbox-relay';
 import { uriReferenceFault } from './relay-cloud-event';
 import { unstorableText } from '../outbox-validation';
-import { OptionKeys, refuseUnknownKeys } from '../option-fields';
+import { OptionKeys, refuseUnknownKeys, shown } from '../option-fields';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]{1,255}$/;
 
@@ -92,13 +92,13 @@ function validateRelayOptions(options: OutboxRelayOptions): void {
   ) {
     throw new OutboxRelayOptionsError(
       'publishTimeoutMs',
-      `expected an integer ≥ 1 (milliseconds), got ${JSON.stringify(publishTimeoutMs)}`,
+      `expected an integer ≥ 1 (milliseconds), got ${shown(publishTimeoutMs)}`,
     );
   }
   if (mqttQos !== undefined && mqttQos !== 1 && mqttQos !== 2) {
     throw new OutboxRelayOptionsError(
       'mqttQos',
-      `expected 1 or 2 (QoS 0 has no acknowledgement), got ${JSON.stringify(mqttQos)}`,
+      `expected 1 or 2 (QoS 0 has no acknowledgement), got ${shown(mqttQos)}`,
     );
   }
   if (options.cloudEvents !== undefined) validateCloudEvents(options.cloudEvents);

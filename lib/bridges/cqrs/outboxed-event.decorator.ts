@@ -1,4 +1,5 @@
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
+import { shown } from '../../option-fields';
 
 /** Metadata key of `@OutboxedEvent()` on an event class. */
 export const OUTBOXED_EVENT_METADATA = 'outbox:cqrs-event';
@@ -59,7 +60,7 @@ export function OutboxedEvent(options: OutboxedEventOptions = {}): ClassDecorato
     if (version !== undefined && (!Number.isInteger(version) || version < 1)) {
       throw new OutboxOptionsError(
         field('version'),
-        `expected an integer ≥ 1, got ${JSON.stringify(version)}`,
+        `expected an integer ≥ 1, got ${shown(version)}`,
       );
     }
     for (const [name, value] of [
