@@ -11,6 +11,9 @@ interface ClaimShape {
   candidates: ClaimCandidates;
 }
 
+/** The candidate query's WHERE clause for a handler condition (one name, or the list). */
+type CandidateWhere = (handler: SqlText, within: unknown[] | undefined, lock: boolean) => SqlText;
+
 /** Unexpanded deliveries turned into per-handler ones per claim, at most. */
 const EXPAND_BATCH = 500;
 /**
@@ -91,10 +94,10 @@ export class ClaimOp {
   private candidatesOf(names: string[], unexpanded: SqlText): ClaimCandidates {
     const { ctx } = this;
     const d = ctx.dialect;
-    // The handler names stay an IN list (not an array) on every dialect: they are the same on
-    // every claim of a worker, so the text is fixed per worker, and PostgreSQL folds a one-name
-    // list to `handler = $1`, which reads the claim index in `event_seq` order and stops at the
-    // limit instead of sorting the whole backlog.
+    // The handler names are parameters in a text fixed per worker (they are the same on every
+    // claim): an IN list where the dialect plans each claim with its values (MariaDB, SQLite),
+    // one index range per name on PostgreSQL, whose prepared claim may run a generic plan (see
+    // `perHandler`).
     // A key with a delivery running takes no other one (docs/guarantees.md, Guarantees 6). Only a replayed dead
     // letter not claimed since (a pending row with `lease_until` set, see `DeadLetterOps`) can be
     // older than a running delivery of its key, so only such a row looks for one: the common
@@ -109,7 +112,7 @@ export class ClaimOp {
     // locking read reads it). A claim holding it makes this one skip the replayed row this time.
     // Whichever takes the lock first wins: a claim of that delivery skips it while it is held.
     const later = sql`r.handler = c.handler AND r.event_key = c.event_key AND r.status IN ('pending', 'leased') AND r.event_seq > c.event_seq AND (r.lease_until IS NULL OR r.status = 'leased')`;
-    const where = (handler: SqlText, within: unknown[] | undefined, lock: boolean) =>
+    const where: CandidateWhere = (handler, within, lock) =>
       sql`WHERE ${handler} AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
   AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
   AND (c.event_key IS NULL OR (NOT EXISTS (
@@ -150,10 +153,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
    * rows other claims hold as before), then the oldest `limit` of them across the handlers, so no
    * handler waits behind another's backlog.
    */
-  private perHandler(
-    names: string[],
-    where: (handler: SqlText, within: unknown[] | undefined, lock: boolean) => SqlText,
-  ): ClaimCandidates {
+  private perHandler(names: string[], where: CandidateWhere): ClaimCandidates {
     const { ctx } = this;
     const d = ctx.dialect;
     if (names.length === 1) {
