@@ -572,10 +572,19 @@ export class RedisOutboxStore implements OutboxStore {
   async close(): Promise<void> {
     await this.stopWakeups();
     if (!this.ownsClient) return;
+    // Quit once: a later close waits for the first (a second QUIT fails on the closed connection).
+    this.quitting ??= this.quit();
+    await this.quitting;
+  }
+
+  private quitting: Promise<void> | null = null;
+
+  private async quit(): Promise<void> {
     try {
       await this.client.quit();
     } catch {
-      this.client.disconnect();
+      // An ended connection's disconnect would only arm ioredis' 2 s timer.
+      if ((this.client as { status?: string }).status !== 'end') this.client.disconnect();
     }
   }
 }

@@ -66,13 +66,19 @@ export class RedisWakeups {
         },
       );
     });
-    return async () => {
+    // Stopped once, whoever asks again (the dispatcher stopping after the store closed its
+    // subscriptions): a second QUIT would fail on the closing connection, and the disconnect
+    // after it would leave ioredis' disconnect timer (2 s) keeping the process alive.
+    let stopped: Promise<void> | null = null;
+    return () => {
       closed = true;
-      try {
-        await subscriber.quit();
-      } catch {
-        subscriber.disconnect();
-      }
+      stopped ??= subscriber.quit().then(
+        () => undefined,
+        () => {
+          if ((subscriber as { status?: string }).status !== 'end') subscriber.disconnect();
+        },
+      );
+      return stopped;
     };
   }
 }

@@ -48,4 +48,39 @@ describeWithService('redis', 'redis store wake-ups', () => {
     await new Promise((r) => setTimeout(r, 200));
     expect(heard).toBe(1);
   });
+
+  it('a subscription stopped twice (the store closing, then its dispatcher) closes once, leaving no timer', async () => {
+    // Two apps sharing one store: closing the first closes the store, which stops the second
+    // app's subscription; the second app's dispatcher then stops it again. The second QUIT used
+    // to fail on the closing connection, and the disconnect that followed left ioredis' 2 s
+    // timer keeping the process alive.
+    const client = connect();
+    const store = new RedisOutboxStore({ client, prefix });
+    try {
+      let heard = 0;
+      const stop = store.onWakeup(() => heard++);
+      expect(await eventually(() => heard === 1, 5_000)).toBe(true); // subscribed
+      const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+      const before = timers();
+      await store.close();
+      await stop();
+      await new Promise((r) => setImmediate(r));
+      expect(timers()).toBeLessThanOrEqual(before);
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('a store that owns its client, closed twice, leaves no timer', async () => {
+    const store = new RedisOutboxStore({ client: connect(), prefix, ownsClient: true });
+    let heard = 0;
+    store.onWakeup(() => heard++);
+    expect(await eventually(() => heard === 1, 5_000)).toBe(true); // connected and subscribed
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    const before = timers();
+    await Promise.all([store.close(), store.close()]);
+    await store.close();
+    await new Promise((r) => setImmediate(r));
+    expect(timers()).toBeLessThanOrEqual(before);
+  });
 });
