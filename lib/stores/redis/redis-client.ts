@@ -11,6 +11,8 @@ export interface RedisClientLike {
   eval(script: string, numKeys: number, ...args: (string | number)[]): Promise<unknown>;
   quit(): Promise<unknown>;
   disconnect(): void;
+  /** ioredis' connection state; `'end'` once closed for good. */
+  readonly status?: string;
 }
 
 /** True for something that looks like an ioredis client. */

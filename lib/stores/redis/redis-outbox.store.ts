@@ -584,7 +584,7 @@ export class RedisOutboxStore implements OutboxStore {
       await this.client.quit();
     } catch {
       // An ended connection's disconnect would only arm ioredis' 2 s timer.
-      if ((this.client as { status?: string }).status !== 'end') this.client.disconnect();
+      if (this.client.status !== 'end') this.client.disconnect();
     }
   }
 }

@@ -11,6 +11,7 @@ interface RedisPubSubClient {
   on(event: 'error', listener: (error: unknown) => void): unknown;
   quit(): Promise<unknown>;
   disconnect(): void;
+  readonly status?: string;
 }
 
 /** Client name of a store's subscriber connection, so it can be found in `CLIENT LIST`. */
@@ -75,7 +76,7 @@ export class RedisWakeups {
       stopped ??= subscriber.quit().then(
         () => undefined,
         () => {
-          if ((subscriber as { status?: string }).status !== 'end') subscriber.disconnect();
+          if (subscriber.status !== 'end') subscriber.disconnect();
         },
       );
       return stopped;
