@@ -40,11 +40,12 @@ const EXPAND_BATCH = 500;
  */
 const EXPAND_PROBE_QUIET_MS = 1_000;
 /**
- * PostgreSQL: a claim tests the key of at most this many times its limit of the handler's
- * oldest open deliveries one by one; past them, it takes its keys' heads from the key index
- * (see `keyHead`).
+ * PostgreSQL: a claim probes the key of at most this many times its limit (and at least
+ * `KEY_PROBES_MIN`) of the handler's oldest due deliveries one by one; past them, it takes its
+ * keys' heads from the key index (see `keyHead`).
  */
 const KEY_PROBES_PER_LIMIT = 5;
+const KEY_PROBES_MIN = 500;
 
 /**
  * Leases due deliveries of the worker's handlers, oldest first, at most one open delivery per
@@ -138,10 +139,12 @@ export class ClaimOp {
     const olderOpen = sql`NOT EXISTS (
     SELECT 1 FROM ${ctx.D} p
     WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)`;
+    const due = (t: string) =>
+      sql`((${raw(t)}.status = 'pending' AND ${raw(t)}.available_at <= ${d.now}) OR (${raw(t)}.status = 'leased' AND ${raw(t)}.lease_until <= ${d.now}))`;
     const where: CandidateWhere = (handler, within, lock, heads) =>
       sql`WHERE ${handler} AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
-  AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
-  AND (c.event_key IS NULL OR (${heads ? this.keyHead(heads, olderOpen) : olderOpen}${unexpanded}
+  AND ${due('c')}
+  AND (c.event_key IS NULL OR (${heads ? this.keyHead(heads, olderOpen, due('b')) : olderOpen}${unexpanded}
   AND (c.lease_until IS NULL OR c.status = 'leased' OR NOT EXISTS (
     SELECT 1 FROM ${ctx.D} r
     WHERE ${later}) OR EXISTS (
@@ -167,9 +170,10 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
    * handler's open deliveries oldest first; on a keyed backlog whose heads all run, every other
    * row of every key fails that probe, and a claim that finds nothing walked the whole backlog
    * probing each (bench/RESULTS.md run 14: 20,000 open over 200 keys, 19,800 probes, 58,000
-   * buffer hits, 86 ms). So the probe serves only the oldest `probes` open deliveries (the bound:
+   * buffer hits, 86 ms). So the probe serves only the oldest `probes` due deliveries (the bound:
    * the event_seq of the next one, read from the claim index, once, when the first keyed row
-   * comes up). Past them, the heads of all the handler's keys are read once, one descent of the
+   * comes up; rows leased and running fail the due test before any probe, so they do not count,
+   * however many workers hold some). Past them, the heads of all the handler's keys are read once, one descent of the
    * key index per key (a loose index scan: the first open delivery of the key after the last
    * one), and a candidate is a head if it is among them (a hashed lookup). The same snapshot as
    * the probe, the same answer: a row is its key's head iff its event_seq is the least of its
@@ -177,12 +181,12 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
    * bound and never reads the keys; one whose key heads run reads each key once instead of
    * probing each of its rows.
    */
-  private keyHead(heads: KeyHeads, olderOpen: SqlText): SqlText {
+  private keyHead(heads: KeyHeads, olderOpen: SqlText, due: SqlText): SqlText {
     const D = this.ctx.D;
     const { name, probes } = heads;
     const open = raw(`status IN ('pending', 'leased')`);
     return sql`(CASE WHEN c.event_seq <= COALESCE((
-    SELECT b.event_seq FROM ${D} b WHERE b.handler >= ${name} AND b.handler <= ${name} AND b.${open}
+    SELECT b.event_seq FROM ${D} b WHERE b.handler >= ${name} AND b.handler <= ${name} AND b.${open} AND ${due}
     ORDER BY b.handler, b.event_seq OFFSET ${probes} LIMIT 1), 9223372036854775807) THEN ${olderOpen}
   ELSE (c.event_key, c.event_seq) IN (WITH RECURSIVE k AS (
     (SELECT event_key, event_seq FROM ${D} WHERE handler = ${name} AND ${open} AND event_key IS NOT NULL ORDER BY event_key, event_seq LIMIT 1)
@@ -337,7 +341,7 @@ LIMIT ${Math.floor(limit)}`;
 }
 
 function keyHeads(name: SqlText, limit: number): KeyHeads {
-  return { name, probes: KEY_PROBES_PER_LIMIT * Math.floor(limit) };
+  return { name, probes: Math.max(KEY_PROBES_PER_LIMIT * Math.floor(limit), KEY_PROBES_MIN) };
 }
 
 /** Rows in claim order: oldest event first, then by handler name (one event, several handlers). */
