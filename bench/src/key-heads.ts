@@ -5,7 +5,7 @@
  *   busy:    200 keys × 100 events, every key's head leased (another worker's, for an hour)
  *   many:    10,000 keys × 1 event (every row a free head)
  *   unkeyed: 20,000 events without a key
- *   mixed:   20,000 events, every other one keyed (100 keys, heads leased), the rest unkeyed
+ *   mixed:   20,000 events, 9 in 10 keyed (200 keys, heads leased), every 10th unkeyed
  *
  *   node -r ../node_modules/ts-node/register/transpile-only src/key-heads.ts
  *   KH_BASE (a build beside this one's `lib`, e.g. `.lib-before/lib`; required), KH_ROUNDS (5),
@@ -26,7 +26,7 @@ const SHAPES: Record<string, { n: number; key: (i: number) => string | null; lea
   busy: { n: 20_000, key: (i) => `k${i % 200}`, lease: true },
   many: { n: 10_000, key: (i) => `k${i}`, lease: false },
   unkeyed: { n: 20_000, key: () => null, lease: false },
-  mixed: { n: 20_000, key: (i) => (i % 2 ? `k${i % 200}` : null), lease: true },
+  mixed: { n: 20_000, key: (i) => (i % 10 ? `k${i % 200}` : null), lease: true },
 };
 const HANDLER = { name: 'Keyed.step', types: ['keyed.step'] };
 

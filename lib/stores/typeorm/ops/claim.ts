@@ -44,8 +44,8 @@ const EXPAND_PROBE_QUIET_MS = 1_000;
  * `KEY_PROBES_MIN`) of the handler's oldest due deliveries one by one; past them, it takes its
  * keys' heads from the key index (see `keyHead`).
  */
-const KEY_PROBES_PER_LIMIT = 5;
-const KEY_PROBES_MIN = 500;
+const KEY_PROBES_PER_LIMIT = 2;
+const KEY_PROBES_MIN = 200;
 
 /**
  * Leases due deliveries of the worker's handlers, oldest first, at most one open delivery per
