@@ -118,7 +118,7 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
     expect(visited(name(DL))).toBe(0);
     expect(visited(name(E))).toBeLessThanOrEqual(10);
     // (a few index probes per open row: the candidate itself and its key's elders; and once
-    // more, up to max(2 × the limit, 200), for the bound past which the claim reads its keys' heads from
+    // more, up to max(5 × the limit, 500), for the bound past which the claim reads its keys' heads from
     // the key index instead: see `ClaimOp.keyHead`)
     expect(visited(name(D))).toBeLessThanOrEqual(OPEN * 9);
   }, 120_000);

@@ -44,8 +44,13 @@ const EXPAND_PROBE_QUIET_MS = 1_000;
  * `KEY_PROBES_MIN`) of the handler's oldest due deliveries one by one; past them, it takes its
  * keys' heads from the key index (see `keyHead`).
  */
-const KEY_PROBES_PER_LIMIT = 2;
-const KEY_PROBES_MIN = 200;
+const KEY_PROBES_PER_LIMIT = 5;
+const KEY_PROBES_MIN = 500;
+/**
+ * Past the bound, the keys' heads are read only for a handler with at most this many keys open
+ * (one descent each); with more, the claim counts this many and probes on (see `keyHead`).
+ */
+const KEY_HEADS_MAX = 1_000;
 
 /**
  * Leases due deliveries of the worker's handlers, oldest first, at most one open delivery per
@@ -185,15 +190,18 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     const D = this.ctx.D;
     const { name, probes } = heads;
     const open = raw(`status IN ('pending', 'leased')`);
-    return sql`(CASE WHEN c.event_seq <= COALESCE((
-    SELECT b.event_seq FROM ${D} b WHERE b.handler >= ${name} AND b.handler <= ${name} AND b.${open} AND ${due}
-    ORDER BY b.handler, b.event_seq OFFSET ${probes} LIMIT 1), 9223372036854775807) THEN ${olderOpen}
-  ELSE (c.event_key, c.event_seq) IN (WITH RECURSIVE k AS (
+    // The heads of the handler's keys in key order, one descent of the key index each.
+    const keyHeads = sql`WITH RECURSIVE k AS (
     (SELECT event_key, event_seq FROM ${D} WHERE handler = ${name} AND ${open} AND event_key IS NOT NULL ORDER BY event_key, event_seq LIMIT 1)
     UNION ALL
     SELECT n.event_key, n.event_seq FROM k CROSS JOIN LATERAL (
       SELECT o.event_key, o.event_seq FROM ${D} o WHERE o.handler = ${name} AND o.${open} AND o.event_key > k.event_key ORDER BY o.event_key, o.event_seq LIMIT 1) n)
-    SELECT event_key, event_seq FROM k) END)`;
+    SELECT event_key, event_seq FROM k`;
+    return sql`(CASE WHEN c.event_seq <= COALESCE((
+    SELECT b.event_seq FROM ${D} b WHERE b.handler >= ${name} AND b.handler <= ${name} AND b.${open} AND ${due}
+    ORDER BY b.handler, b.event_seq OFFSET ${probes} LIMIT 1), 9223372036854775807)
+    OR (SELECT count(*) FROM (${keyHeads} LIMIT ${raw(String(KEY_HEADS_MAX + 1))}) m) > ${raw(String(KEY_HEADS_MAX))} THEN ${olderOpen}
+  ELSE (c.event_key, c.event_seq) IN (${keyHeads}) END)`;
   }
 
   /**
