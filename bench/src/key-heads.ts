@@ -83,7 +83,7 @@ async function explain(
     await runner.query(`SET LOCAL plan_cache_mode = force_generic_plan`);
     await runner.query(`PREPARE kh_claim AS ${stmt.text}`);
     const [row] = await runner.query(
-      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE kh_claim(${stmt.params.map(literal).join(', ')})`,
+      `EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) EXECUTE kh_claim(${stmt.params.map(literal).join(', ')})`,
     );
     const top = (row['QUERY PLAN'] as Array<Record<string, unknown>>)[0];
     const plan = top.Plan as PlanNode & Record<string, number>;
