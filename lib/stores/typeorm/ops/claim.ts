@@ -174,17 +174,21 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
    * `olderOpen` tests with one probe of the key index per candidate). The claim walks the
    * handler's open deliveries oldest first; on a keyed backlog whose heads all run, every other
    * row of every key fails that probe, and a claim that finds nothing walked the whole backlog
-   * probing each (bench/RESULTS.md run 14: 20,000 open over 200 keys, 19,800 probes, 58,000
-   * buffer hits, 86 ms). So the probe serves only the oldest `probes` due deliveries (the bound:
-   * the event_seq of the next one, read from the claim index, once, when the first keyed row
-   * comes up; rows leased and running fail the due test before any probe, so they do not count,
-   * however many workers hold some). Past them, the heads of all the handler's keys are read once, one descent of the
-   * key index per key (a loose index scan: the first open delivery of the key after the last
-   * one), and a candidate is a head if it is among them (a hashed lookup). The same snapshot as
-   * the probe, the same answer: a row is its key's head iff its event_seq is the least of its
-   * key's open deliveries. A claim of free heads (10,000 keys of one event) stops within the
-   * bound and never reads the keys; one whose key heads run reads each key once instead of
-   * probing each of its rows.
+   * probing each (bench/RESULTS.md runs 14 and 21: 20,000 open over 200 keys, 19,800 probes,
+   * 58,600 buffers, ~90 ms). So the probe serves only the oldest `probes` due deliveries (the
+   * bound: the event_seq of the next one, read from the claim index, once, when the first keyed
+   * row comes up). Rows leased and running fail the due test before any probe and do not count;
+   * rows other claims hold locked do (read as due here, passed over by SKIP LOCKED after the
+   * test): a worker's claims in flight walk over each other's, hence a bound of several limits.
+   * Past the bound, the heads of the handler's keys are read once, one descent of the key index
+   * per key (a loose index scan: the first open delivery of the first key after the last one),
+   * and a candidate is a head if it is among them (a hashed lookup). The same snapshot as the
+   * probe, the same answer: a row is its key's head iff its event_seq is the least of its key's
+   * open deliveries. Only for at most `KEY_HEADS_MAX` keys (counted first, by the same scan
+   * stopped one key later): reading 10,000 keys costs more than the probes it saves (240 ms), so
+   * with more the claim probes on. A claim of free heads (10,000 keys of one event) stops within
+   * the bound and never reads the keys; one whose key heads run reads each key twice (the count,
+   * the set) instead of probing each of its rows.
    */
   private keyHead(heads: KeyHeads, olderOpen: SqlText, due: SqlText): SqlText {
     const D = this.ctx.D;
@@ -200,7 +204,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     return sql`(CASE WHEN c.event_seq <= COALESCE((
     SELECT b.event_seq FROM ${D} b WHERE b.handler >= ${name} AND b.handler <= ${name} AND b.${open} AND ${due}
     ORDER BY b.handler, b.event_seq OFFSET ${probes} LIMIT 1), 9223372036854775807)
-    OR (SELECT count(*) FROM (${keyHeads} LIMIT ${raw(String(KEY_HEADS_MAX + 1))}) m) > ${raw(String(KEY_HEADS_MAX))} THEN ${olderOpen}
+    OR c.handler NOT IN (SELECT ${name} FROM (${keyHeads} LIMIT ${raw(String(KEY_HEADS_MAX + 1))}) m HAVING count(*) <= ${raw(String(KEY_HEADS_MAX))}) THEN ${olderOpen}
   ELSE (c.event_key, c.event_seq) IN (${keyHeads}) END)`;
   }
 
