@@ -117,8 +117,10 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
     // claimed, deliveries only among the open ones (each candidate checks its key's elders).
     expect(visited(name(DL))).toBe(0);
     expect(visited(name(E))).toBeLessThanOrEqual(10);
-    // (a few index probes per open row: the candidate itself and its key's elders)
-    expect(visited(name(D))).toBeLessThanOrEqual(OPEN * 8);
+    // (a few index probes per open row: the candidate itself and its key's elders; and once
+    // more, up to max(5 × the limit, 500), for the bound past which the claim reads its keys' heads from
+    // the key index instead: see `ClaimOp.keyHead`)
+    expect(visited(name(D))).toBeLessThanOrEqual(OPEN * 9);
   }, 120_000);
 
   it("the ack reaches deliveries by primary key only, as a generic plan, with a young table's statistics", async () => {

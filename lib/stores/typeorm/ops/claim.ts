@@ -11,8 +11,25 @@ interface ClaimShape {
   candidates: ClaimCandidates;
 }
 
-/** The candidate query's WHERE clause for a handler condition (one name, or the list). */
-type CandidateWhere = (handler: SqlText, within: unknown[] | undefined, lock: boolean) => SqlText;
+/**
+ * The candidate query's WHERE clause for a handler condition (one name, or the list). With
+ * `heads` (one handler's name as a value, and how many of its open deliveries the claim may probe
+ * one by one), a long keyed backlog reads its keys' heads from the key index instead (see
+ * `keyHead`).
+ */
+type CandidateWhere = (
+  handler: SqlText,
+  within: unknown[] | undefined,
+  lock: boolean,
+  heads?: KeyHeads,
+) => SqlText;
+
+interface KeyHeads {
+  /** The handler's name as one value (a parameter, or the LATERAL's `h.name`). */
+  name: SqlText;
+  /** Open deliveries of the handler, oldest first, whose key is probed one by one. */
+  probes: number;
+}
 
 /** Unexpanded deliveries turned into per-handler ones per claim, at most. */
 const EXPAND_BATCH = 500;
@@ -22,6 +39,18 @@ const EXPAND_BATCH = 500;
  * itself; only the first delivery of a type this process cannot name waits up to this long.
  */
 const EXPAND_PROBE_QUIET_MS = 1_000;
+/**
+ * PostgreSQL: a claim probes the key of at most this many times its limit (and at least
+ * `KEY_PROBES_MIN`) of the handler's oldest due deliveries one by one; past them, it takes its
+ * keys' heads from the key index (see `keyHead`).
+ */
+const KEY_PROBES_PER_LIMIT = 5;
+const KEY_PROBES_MIN = 500;
+/**
+ * Past the bound, the keys' heads are read only for a handler with at most this many keys open
+ * (one descent each); with more, the claim counts this many and probes on (see `keyHead`).
+ */
+const KEY_HEADS_MAX = 1_000;
 
 /**
  * Leases due deliveries of the worker's handlers, oldest first, at most one open delivery per
@@ -112,12 +141,15 @@ export class ClaimOp {
     // locking read reads it). A claim holding it makes this one skip the replayed row this time.
     // Whichever takes the lock first wins: a claim of that delivery skips it while it is held.
     const later = sql`r.handler = c.handler AND r.event_key = c.event_key AND r.status IN ('pending', 'leased') AND r.event_seq > c.event_seq AND (r.lease_until IS NULL OR r.status = 'leased')`;
-    const where: CandidateWhere = (handler, within, lock) =>
-      sql`WHERE ${handler} AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
-  AND ((c.status = 'pending' AND c.available_at <= ${d.now}) OR (c.status = 'leased' AND c.lease_until <= ${d.now}))
-  AND (c.event_key IS NULL OR (NOT EXISTS (
+    const olderOpen = sql`NOT EXISTS (
     SELECT 1 FROM ${ctx.D} p
-    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)${unexpanded}
+    WHERE p.handler = c.handler AND p.event_key = c.event_key AND p.status IN ('pending', 'leased') AND p.event_seq < c.event_seq)`;
+    const due = (t: string) =>
+      sql`((${raw(t)}.status = 'pending' AND ${raw(t)}.available_at <= ${d.now}) OR (${raw(t)}.status = 'leased' AND ${raw(t)}.lease_until <= ${d.now}))`;
+    const where: CandidateWhere = (handler, within, lock, heads) =>
+      sql`WHERE ${handler} AND c.status IN ('pending', 'leased')${within ? sql` AND c.id IN (${list(within)})` : EMPTY}
+  AND ${due('c')}
+  AND (c.event_key IS NULL OR (${heads ? this.keyHead(heads, olderOpen, due('b')) : olderOpen}${unexpanded}
   AND (c.lease_until IS NULL OR c.status = 'leased' OR NOT EXISTS (
     SELECT 1 FROM ${ctx.D} r
     WHERE ${later}) OR EXISTS (
@@ -135,6 +167,45 @@ export class ClaimOp {
 ${where(sql`c.handler IN (${nameList})`, within, lock)}
 ORDER BY c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
+  }
+
+  /**
+   * Whether a keyed candidate is its key's head (no older open delivery of the handler's key; what
+   * `olderOpen` tests with one probe of the key index per candidate). The claim walks the
+   * handler's open deliveries oldest first; on a keyed backlog whose heads all run, every other
+   * row of every key fails that probe, and a claim that finds nothing walked the whole backlog
+   * probing each (bench/RESULTS.md runs 14 and 21: 20,000 open over 200 keys, 19,800 probes,
+   * 58,600 buffers, ~90 ms). So the probe serves only the oldest `probes` due deliveries (the
+   * bound: the event_seq of the next one, read from the claim index, once, when the first keyed
+   * row comes up). Rows leased and running fail the due test before any probe and do not count;
+   * rows other claims hold locked do (read as due here, passed over by SKIP LOCKED after the
+   * test): a worker's claims in flight walk over each other's, hence a bound of several limits.
+   * Past the bound, the heads of the handler's keys are read once, one descent of the key index
+   * per key (a loose index scan: the first open delivery of the first key after the last one),
+   * and a candidate is a head if it is among them (a hashed lookup). The same snapshot as the
+   * probe, the same answer: a row is its key's head iff its event_seq is the least of its key's
+   * open deliveries. Only for at most `KEY_HEADS_MAX` keys (counted first, by the same scan
+   * stopped one key later): reading 10,000 keys costs more than the probes it saves (240 ms), so
+   * with more the claim probes on. A claim of free heads (10,000 keys of one event) stops within
+   * the bound and never reads the keys; one whose key heads run reads each key twice (the count,
+   * the set) instead of probing each of its rows.
+   */
+  private keyHead(heads: KeyHeads, olderOpen: SqlText, due: SqlText): SqlText {
+    const D = this.ctx.D;
+    const { name, probes } = heads;
+    const open = raw(`status IN ('pending', 'leased')`);
+    // The heads of the handler's keys in key order, one descent of the key index each.
+    const keyHeads = sql`WITH RECURSIVE k AS (
+    (SELECT event_key, event_seq FROM ${D} WHERE handler = ${name} AND ${open} AND event_key IS NOT NULL ORDER BY event_key, event_seq LIMIT 1)
+    UNION ALL
+    SELECT n.event_key, n.event_seq FROM k CROSS JOIN LATERAL (
+      SELECT o.event_key, o.event_seq FROM ${D} o WHERE o.handler = ${name} AND o.${open} AND o.event_key > k.event_key ORDER BY o.event_key, o.event_seq LIMIT 1) n)
+    SELECT event_key, event_seq FROM k`;
+    return sql`(CASE WHEN c.event_seq <= COALESCE((
+    SELECT b.event_seq FROM ${D} b WHERE b.handler >= ${name} AND b.handler <= ${name} AND b.${open} AND ${due}
+    ORDER BY b.handler, b.event_seq OFFSET ${probes} LIMIT 1), 9223372036854775807)
+    OR c.handler NOT IN (SELECT ${name} FROM (${keyHeads} LIMIT ${raw(String(KEY_HEADS_MAX + 1))}) m HAVING count(*) <= ${raw(String(KEY_HEADS_MAX))}) THEN ${olderOpen}
+  ELSE (c.event_key, c.event_seq) IN (${keyHeads}) END)`;
   }
 
   /**
@@ -160,7 +231,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
       const name = names[0];
       return ({ limit, lock, within, columns }) =>
         sql`SELECT ${columns ?? raw('c.id')} FROM ${ctx.D} c
-${where(sql`c.handler >= ${name} AND c.handler <= ${name}`, within, lock)}
+${where(sql`c.handler >= ${name} AND c.handler <= ${name}`, within, lock, keyHeads(sql`${name}`, limit))}
 ORDER BY c.handler, c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     }
@@ -170,7 +241,7 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     );
     return ({ limit, lock, within, columns }) =>
       sql`SELECT ${columns ?? raw('c.id')} FROM (VALUES ${values}) h(name) CROSS JOIN LATERAL (SELECT c.* FROM ${ctx.D} c
-${where(sql`c.handler >= h.name AND c.handler <= h.name`, within, lock)}
+${where(sql`c.handler >= h.name AND c.handler <= h.name`, within, lock, keyHeads(raw('h.name'), limit))}
 ORDER BY c.handler, c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}) c
 ORDER BY c.event_seq, c.handler
@@ -279,6 +350,10 @@ LIMIT ${Math.floor(limit)}`;
       { transaction: true, deadlockRetries: 3 },
     );
   }
+}
+
+function keyHeads(name: SqlText, limit: number): KeyHeads {
+  return { name, probes: Math.max(KEY_PROBES_PER_LIMIT * Math.floor(limit), KEY_PROBES_MIN) };
 }
 
 /** Rows in claim order: oldest event first, then by handler name (one event, several handlers). */
