@@ -14,6 +14,7 @@ const HANDLERS = Number(process.env.FO_HANDLERS ?? 3);
 const EVENTS = Number(process.env.FO_EVENTS ?? 5000);
 const ROUNDS = Number(process.env.FO_ROUNDS ?? 3);
 const KEYED = process.env.FO_KEYED !== '0';
+const PLANS = process.env.FO_PLANS === '1';
 
 async function drain(variant: string, round: number) {
   const libDir = path.resolve(__dirname, '../..', variant);
@@ -25,6 +26,9 @@ async function drain(variant: string, round: number) {
     host: '127.0.0.1',
     username: 'postgres',
     database: process.env.FO_PGDATABASE ?? 'idleclaim',
+    // FO_PLANS=1: one connection, so the claim's prepared statement can be read back from
+    // pg_prepared_statements (how often the server planned it afresh).
+    ...(PLANS ? { extra: { max: 1 } } : {}),
   }).initialize();
   const tables = dialects.createDialect(ds, { tablePrefix: prefix }).tables;
   try {
@@ -63,12 +67,22 @@ async function drain(variant: string, round: number) {
     }
     const ms = performance.now() - t0;
     const cpu = process.cpuUsage(cpu0);
+    let plans = '';
+    if (PLANS) {
+      const [p] = await ds.query(
+        `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%SKIP LOCKED%lease_token = %'`,
+      );
+      plans = p
+        ? `${p.generic_plans} generic / ${p.custom_plans} custom plans`
+        : 'no prepared claim';
+    }
     if (done !== EVENTS * HANDLERS) throw new Error(`${variant}: ${done} of ${EVENTS * HANDLERS}`);
     return {
       ms,
       claims,
       claimUs: (claimMs * 1000) / claims,
       cpuUs: (cpu.user + cpu.system) / claims,
+      plans,
     };
   } finally {
     for (const ddl of dialects.createDialect(ds, { tablePrefix: prefix }).dropSchema())
@@ -85,7 +99,7 @@ async function main(): Promise<void> {
       const res = await drain(v, r);
       results.set(v, [...(results.get(v) ?? []), res]);
       console.log(
-        `round ${r} ${v}: drain ${res.ms.toFixed(0)} ms, ${res.claims} claims, ${res.claimUs.toFixed(0)} µs/claim wall, ${res.cpuUs.toFixed(0)} µs/claim Node CPU`,
+        `round ${r} ${v}: drain ${res.ms.toFixed(0)} ms, ${res.claims} claims, ${res.claimUs.toFixed(0)} µs/claim wall, ${res.cpuUs.toFixed(0)} µs/claim Node CPU${res.plans ? `, ${res.plans}` : ''}`,
       );
     }
   }

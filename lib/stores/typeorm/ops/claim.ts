@@ -9,10 +9,18 @@ import { newId } from '../../../ids';
 interface ClaimShape {
   names: string[];
   candidates: ClaimCandidates;
+  /**
+   * A per-handler claim with several handlers: per handler, the candidates the last claim checked
+   * first and the rows it got (see `firstLimits`).
+   */
+  last?: { limits: number[]; got: number[] };
 }
 
 /** The candidate query's WHERE clause for a handler condition (one name, or the list). */
 type CandidateWhere = (handler: SqlText, within: unknown[] | undefined, lock: boolean) => SqlText;
+
+/** The placeholder handler as SQL text (a constant of the library, no parameter; see `unexpandedBlocker`). */
+const UNEXPANDED_LITERAL = raw(`'${UNEXPANDED_HANDLER.replace(/'/g, "''")}'`);
 
 /** Unexpanded deliveries turned into per-handler ones per claim, at most. */
 const EXPAND_BATCH = 500;
@@ -46,6 +54,8 @@ export class ClaimOp {
     const d = ctx.dialect;
     const token = randomUUID();
     const { names, candidates } = shape;
+    const handlerLimits =
+      d.claimPerHandler && names.length > 1 ? firstLimits(shape, request.limit) : undefined;
     // The lease's owner and token are this claim's; only its deadline (the database's clock)
     // comes back per row.
     this.columns ??= sql`d.id, d.handler, d.attempts, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${ctx.eventColumns('e')}`;
@@ -58,6 +68,7 @@ export class ClaimOp {
             leaseMs: request.leaseMs,
             owner: request.workerId,
             token,
+            handlerLimits,
           },
           candidates,
           this.columns!,
@@ -65,6 +76,14 @@ export class ClaimOp {
       d.claimRunOptions,
     );
     if (!inClaimOrder(rows)) rows.sort(byClaimOrder);
+    if (handlerLimits) {
+      const got = names.map(() => 0);
+      for (const r of rows) {
+        const i = names.indexOf(String(r.handler));
+        if (i >= 0) got[i]++;
+      }
+      shape.last = { limits: handlerLimits, got };
+    }
     const owner = request.workerId;
     // One statement sets every lease's deadline to the same value: its rows share one Date, as
     // they share the owner and the token (a lease is replaced on renewal, never changed).
@@ -164,17 +183,30 @@ ${where(sql`c.handler >= ${name} AND c.handler <= ${name}`, within, lock)}
 ORDER BY c.handler, c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     }
-    const values = join(
-      names.map((n) => sql`(${n}::text)`),
-      ', ',
-    );
-    return ({ limit, lock, within, columns }) =>
-      sql`SELECT ${columns ?? raw('c.id')} FROM (VALUES ${values}) h(name) CROSS JOIN LATERAL (SELECT c.* FROM ${ctx.D} c
-${where(sql`c.handler >= h.name AND c.handler <= h.name`, within, lock)}
+    // The limits are parameters of a fixed text (the VALUES rows), so a worker's claims stay one
+    // prepared statement whatever they are.
+    const scan = (bound: SqlText, limit: SqlText, lock: boolean, within: unknown[] | undefined) =>
+      sql`SELECT c.* FROM ${ctx.D} c
+${where(sql`c.handler >= h.name AND c.handler <= h.name${bound}`, within, lock)}
 ORDER BY c.handler, c.event_seq
-LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}) c
+LIMIT ${limit} ${lock ? d.skipLocked : EMPTY}`;
+    return ({ limit, lock, within, columns, handlerLimits }) => {
+      const n = Math.floor(limit);
+      const values = join(
+        names.map((name, i) => {
+          const first = Math.floor(handlerLimits?.[i] ?? n);
+          return sql`(${name}::text, ${Math.max(1, Math.min(n, first))}::int)`;
+        }),
+        ', ',
+      );
+      return sql`WITH s AS (SELECT c.*, h.lim AS first_limit FROM (VALUES ${values}) h(name, lim) CROSS JOIN LATERAL (${scan(EMPTY, raw('h.lim'), lock, within)}) c),
+f AS (SELECT o.handler AS name, max(o.event_seq) AS after, count(*) AS got, min(o.first_limit) AS lim, max(o.pos) AS rank
+  FROM (SELECT s.handler, s.event_seq, s.first_limit, row_number() OVER (ORDER BY s.event_seq, s.handler) AS pos FROM s) o GROUP BY o.handler)
+SELECT ${columns ?? raw('c.id')} FROM (SELECT * FROM s UNION ALL SELECT c.*, 0 FROM f h CROSS JOIN LATERAL (${scan(raw(' AND c.event_seq > h.after'), sql`${n} - h.rank`, lock, within)}) c
+WHERE h.got >= h.lim AND h.rank < ${n}) c
 ORDER BY c.event_seq, c.handler
-LIMIT ${Math.floor(limit)}`;
+LIMIT ${n}`;
+    };
   }
 
   /** The SQL parts of a set of subscriptions, built once per distinct set. */
@@ -226,9 +258,14 @@ LIMIT ${Math.floor(limit)}`;
       ),
       ' OR ',
     );
+    // The placeholder's name is written as a literal, not a parameter: PostgreSQL's generic plan
+    // of the prepared claim would estimate a parameter as a common handler (a costlier check per
+    // candidate than the custom plans' "none"), and a generic plan that looks dearer than the
+    // custom ones is never chosen: the several-handler claim was planned afresh on every call
+    // (~1 ms; bench/RESULTS.md run 20).
     return sql` AND NOT EXISTS (
     SELECT 1 FROM ${this.ctx.D} u
-    WHERE u.handler = ${UNEXPANDED_HANDLER} AND u.event_key = c.event_key AND u.status IN ('pending', 'leased') AND u.event_seq < c.event_seq AND (${which}))`;
+    WHERE u.handler = ${UNEXPANDED_LITERAL} AND u.event_key = c.event_key AND u.status IN ('pending', 'leased') AND u.event_seq < c.event_seq AND (${which}))`;
   }
 
   /**
@@ -279,6 +316,28 @@ LIMIT ${Math.floor(limit)}`;
       { transaction: true, deadlockRetries: 3 },
     );
   }
+}
+
+/**
+ * How many candidates each handler of a several-handler claim checks first (PostgreSQL, see
+ * `perHandler`): its share of the last claim plus a spare, doubled when it got all it was given
+ * (it may have more); an even share of the limit plus the spare on a worker's first claim and
+ * after a claim that found nothing. Only a cost: a claim whose first candidates fall short of the
+ * limit takes the rest from the handlers that filled theirs, in the same statement.
+ */
+function firstLimits(shape: ClaimShape, limit: number): number[] {
+  const n = Math.floor(limit);
+  const handlers = shape.names.length;
+  const spare = Math.max(2, Math.ceil(n / (4 * handlers)));
+  const last = shape.last;
+  if (!last || last.got.every((g) => g === 0))
+    return shape.names.map(() => Math.min(n, Math.ceil(n / handlers) + spare));
+  return last.got.map((got, i) =>
+    Math.max(
+      1,
+      Math.min(n, got >= last.limits[i] ? Math.max(got + spare, 2 * last.limits[i]) : got + spare),
+    ),
+  );
 }
 
 /** Rows in claim order: oldest event first, then by handler name (one event, several handlers). */
