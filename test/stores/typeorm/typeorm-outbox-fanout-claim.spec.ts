@@ -130,6 +130,86 @@ describeWithService(
       expect(short).toBeLessThan(80);
     }, 120_000);
 
+    it("skips a replayed dead letter while another claim holds its key's later delivery, also among a handler's further candidates", async () => {
+      await h.empty();
+      const store = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix });
+      const D = h.tables.deliveries.text;
+      // A's backlog: 8 unkeyed events, then two of key K. The several-handler claim below checks
+      // fewer than 8 of A's first (a share of the limit of 10), so the key's events come up among
+      // the further candidates of the same statement.
+      await store.append(Array.from({ length: 8 }, (_, i) => event(i, null, [A])));
+      await store.append([event(8, 'K', [A]), event(9, 'K', [A])]);
+      const first = await store.claim({
+        workerId: 'w0',
+        handlers: [A],
+        limit: 100,
+        leaseMs: 60_000,
+      });
+      expect(first.map((c) => (c.event.payload as { i: number }).i)).toEqual([
+        0, 1, 2, 3, 4, 5, 6, 7, 8,
+      ]);
+      const unkeyed = first.slice(0, 8);
+      for (const c of unkeyed) await store.release(c.lease);
+      const deadId = first[8].id;
+      await store.deadLetter(first[8].lease, 'rejected', {
+        name: 'Error',
+        message: 'failed',
+        attempt: 1,
+        workerId: 'w0',
+      });
+      const [{ id: later }] = await ds.query(
+        `SELECT id FROM ${D} WHERE event_key = 'K' AND status = 'pending'`,
+      );
+      // A claim that has leased the later delivery and not committed yet.
+      const other = ds.createQueryRunner();
+      await other.connect();
+      await other.startTransaction();
+      let open = true;
+      try {
+        await other.query(
+          `UPDATE ${D} SET status = 'leased', attempts = attempts + 1, lease_owner = 'w1', lease_token = 't1', lease_until = now() + interval '60 seconds' WHERE id = $1`,
+          [later],
+        );
+        expect(await store.replay({ ids: [deadId] })).toBe(1);
+        const claimer = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix });
+        const claimed = await claimer.claim({
+          workerId: 'w2',
+          handlers: ALL,
+          limit: 10,
+          leaseMs: 60_000,
+        });
+        await other.commitTransaction();
+        open = false;
+        // The unkeyed ones only: the replayed one waits for the later delivery, which runs.
+        expect(claimed.map((c) => c.id)).toEqual(unkeyed.map((c) => c.id));
+        await claimer.ackMany(claimed.map((c) => c.lease));
+        const [{ n }] = await ds.query(
+          `SELECT count(*)::int AS n FROM ${D} WHERE event_key = 'K' AND status = 'leased' AND lease_until > now()`,
+        );
+        expect(n).toBe(1);
+        const [row] = await ds.query(`SELECT lease_until FROM ${D} WHERE id = $1`, [later]);
+        await store.ack({
+          deliveryId: String(later),
+          owner: 'w1',
+          token: 't1',
+          leaseUntil: new Date(row.lease_until),
+        });
+        const next = await claimer.claim({
+          workerId: 'w2',
+          handlers: ALL,
+          limit: 10,
+          leaseMs: 60_000,
+        });
+        expect(next.map((c) => [c.handler, (c.event.payload as { i: number }).i])).toEqual([
+          [A.name, 8],
+        ]);
+        await claimer.ackMany(next.map((c) => c.lease));
+      } finally {
+        if (open) await other.rollbackTransaction();
+        await other.release();
+      }
+    }, 60_000);
+
     it('concurrent claims of several handlers never share a row or a (handler, key), and drain everything once, keys in order', async () => {
       const CLAIMERS = 4;
       const EVENTS = 1_500;
