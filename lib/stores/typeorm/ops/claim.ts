@@ -212,10 +212,14 @@ LIMIT ${limit} ${lock ? d.skipLocked : EMPTY}`;
         }),
         ', ',
       );
-      // The limit as a sub-select: unknown to custom plans as to the generic one (see the
-      // placeholder's literal in `unexpandedBlocker`), so the server settles on the generic plan.
+      // Planner costs, so the server keeps the generic plan (bench/RESULTS.md, run 20): the limit
+      // is a sub-select, unknown to custom plans as to the generic one (as the placeholder's
+      // literal in `unexpandedBlocker` is known to both), and the first part has a limit it never
+      // reaches (each handler's first limit is at most the limit), which custom plans know and
+      // cost as a full read, the generic plan as a tenth (the planner's guess for an unknown
+      // limit).
       const all = sql`(SELECT ${n}::bigint)`;
-      return sql`WITH s AS (SELECT c.*, h.lim AS first_limit FROM (VALUES ${values}) h(name, lim) CROSS JOIN LATERAL (${scan(EMPTY, raw('h.lim'), lock, within)}) c),
+      return sql`WITH s AS (SELECT c.*, h.lim AS first_limit FROM (VALUES ${values}) h(name, lim) CROSS JOIN LATERAL (${scan(EMPTY, raw('h.lim'), lock, within)}) c LIMIT ${n * names.length}),
 f AS (SELECT o.handler AS name, max(o.event_seq) AS after, count(*) AS got, min(o.first_limit) AS lim, max(o.pos) AS rank
   FROM (SELECT s.handler, s.event_seq, s.first_limit, row_number() OVER (ORDER BY s.event_seq, s.handler) AS pos FROM s) o GROUP BY o.handler LIMIT ${raw(String(names.length))})
 SELECT ${columns ?? raw('c.id')} FROM (SELECT * FROM s UNION ALL SELECT c.*, 0 FROM f h CROSS JOIN LATERAL (${scan(raw(' AND c.event_seq > h.after'), sql`${all} - h.rank`, lock, within)}) c
@@ -231,7 +235,8 @@ LIMIT ${all}`;
     let shape = this.shapes.get(key);
     if (!shape) {
       const names = [...new Set(request.handlers.map((h) => h.name))];
-      const candidates = this.candidatesOf(names, this.unexpandedBlocker(request));
+      const literal = this.ctx.dialect.claimPerHandler === true && names.length > 1;
+      const candidates = this.candidatesOf(names, this.unexpandedBlocker(request, literal));
       shape = { names, candidates };
       // Sets come from code (a worker has one); the bound only guards against a caller that
       // makes a new one per claim.
@@ -250,7 +255,7 @@ LIMIT ${all}`;
    * that transaction commits, the committed placeholder is still what this statement reads, and
    * afterwards the expanded copies are. Served by the (handler, event_key, event_seq) index.
    */
-  private unexpandedBlocker(request: ClaimRequest): SqlText {
+  private unexpandedBlocker(request: ClaimRequest, literal: boolean): SqlText {
     const typesOf = new Map<string, Set<string>>();
     for (const h of request.handlers) {
       const types = typesOf.get(h.name) ?? new Set<string>();
@@ -274,14 +279,14 @@ LIMIT ${all}`;
       ),
       ' OR ',
     );
-    // The placeholder's name is written as a literal, not a parameter: PostgreSQL's generic plan
-    // of the prepared claim would estimate a parameter as a common handler (a costlier check per
-    // candidate than the custom plans' "none"), and a generic plan that looks dearer than the
-    // custom ones is never chosen: the several-handler claim was planned afresh on every call
-    // (~1 ms; bench/RESULTS.md run 20).
+    // PostgreSQL's several-handler claim writes the placeholder's name as a literal, not a
+    // parameter: its generic plan would estimate a parameter as a common handler (a costlier
+    // check per candidate than the custom plans' "few or none"), and a generic plan that looks
+    // dearer than the custom ones is never chosen, so that claim was planned afresh on every call
+    // (bench/RESULTS.md, run 20). The other claims keep the parameter (their plans as before).
     return sql` AND NOT EXISTS (
     SELECT 1 FROM ${this.ctx.D} u
-    WHERE u.handler = ${UNEXPANDED_LITERAL} AND u.event_key = c.event_key AND u.status IN ('pending', 'leased') AND u.event_seq < c.event_seq AND (${which}))`;
+    WHERE u.handler = ${literal ? UNEXPANDED_LITERAL : sql`${UNEXPANDED_HANDLER}`} AND u.event_key = c.event_key AND u.status IN ('pending', 'leased') AND u.event_seq < c.event_seq AND (${which}))`;
   }
 
   /**
