@@ -9,6 +9,7 @@
 // connection then); FO_LOOPS=n runs n loops on the store at once and counts short claims (fewer
 // than 100 while at least 100 per loop was still open).
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import { DataSource } from 'typeorm';
 
@@ -57,6 +58,13 @@ async function drain(variant: string, round: number) {
     const handlers = names.map((name) => ({ name, types: ['fo.event'] }));
     let claims = 0;
     let done = 0;
+    // FO_PLANS=1 (one connection): the server backend's own CPU time over the drain, from
+    // /proc/<pid>/schedstat (same machine), which the load of other processes changes far less
+    // than wall time.
+    const backend = PLANS ? Number((await ds.query('SELECT pg_backend_pid() AS pid'))[0].pid) : 0;
+    const serverCpu = () =>
+      backend ? Number(readFileSync(`/proc/${backend}/schedstat`, 'utf8').split(' ')[0]) : 0;
+    const server0 = serverCpu();
     const cpu0 = process.cpuUsage();
     const t0 = performance.now();
     let claimMs = 0;
@@ -84,6 +92,7 @@ async function drain(variant: string, round: number) {
     await Promise.all(Array.from({ length: LOOPS }, loop));
     const ms = performance.now() - t0;
     const cpu = process.cpuUsage(cpu0);
+    const serverUs = (serverCpu() - server0) / 1000 / claims;
     let plans = '';
     if (PLANS) {
       const [p] = await ds.query(
@@ -101,6 +110,7 @@ async function drain(variant: string, round: number) {
       cpuUs: (cpu.user + cpu.system) / claims,
       plans,
       short,
+      serverUs,
     };
   } finally {
     for (const ddl of dialects.createDialect(ds, { tablePrefix: prefix }).dropSchema())
@@ -117,11 +127,18 @@ async function main(): Promise<void> {
       const res = await drain(v, r);
       results.set(v, [...(results.get(v) ?? []), res]);
       console.log(
-        `round ${r} ${v}: drain ${res.ms.toFixed(0)} ms, ${res.claims} claims (${res.short} short), ${res.claimUs.toFixed(0)} µs/claim wall, ${res.cpuUs.toFixed(0)} µs/claim Node CPU${res.plans ? `, ${res.plans}` : ''}`,
+        `round ${r} ${v}: drain ${res.ms.toFixed(0)} ms, ${res.claims} claims (${res.short} short), ${res.claimUs.toFixed(0)} µs/claim wall, ${res.cpuUs.toFixed(0)} µs/claim Node CPU${res.plans ? `, ${res.serverUs.toFixed(0)} µs/claim server CPU, ${res.plans}` : ''}`,
       );
     }
   }
   const [a, b] = VARIANTS;
+  if (PLANS) {
+    const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
+    for (const v of VARIANTS)
+      console.log(
+        `${v}: median ${med(results.get(v)!.map((x) => x.serverUs)).toFixed(0)} µs/claim server CPU, ${med(results.get(v)!.map((x) => x.cpuUs)).toFixed(0)} Node CPU`,
+      );
+  }
   const ratios = results.get(a)!.map((x, i) => results.get(b)![i].ms / x.ms);
   ratios.sort((x, y) => x - y);
   console.log(
