@@ -6,7 +6,7 @@
 //     node -r ../node_modules/ts-node/register/transpile-only src/idle-claim.ts
 // IC_MINE: open deliveries of each of the worker's handlers (IC_HANDLERS, comma-separated),
 // interleaved with the other handler's; IC_KEEP=1 keeps the tables of IC_PREFIX for another run.
-// IC_DRAIN=1: after the six runs, delete the worker's handlers' deliveries (VACUUM, no ANALYZE) and
+// IC_TIMES=n: then n timed executions (median). IC_DRAIN=1: after the six runs, delete the worker's handlers' deliveries (VACUUM, no ANALYZE) and
 // EXPLAIN then: the plan the server chose while they were busy, now with nothing of theirs open.
 import { randomUUID } from 'node:crypto';
 import * as path from 'node:path';
@@ -133,6 +133,22 @@ async function main(): Promise<void> {
     ];
     console.log(
       `candidates: ${time(out[lim])} ms, ${buf(lim)}; statement: ${buf(0)}; ${out.find((l) => /Execution Time/.test(l))}; scan: ${scans.join(', ')}`,
+    );
+  }
+  if (process.env.IC_TIMES) {
+    // Run 20: the statement's time as the client sees it, median of IC_TIMES executions (each in
+    // a rolled-back transaction, so every one claims from the same rows).
+    const ms: number[] = [];
+    for (let i = 0; i < Number(process.env.IC_TIMES); i++) {
+      await runner.query('BEGIN');
+      const t0 = performance.now();
+      await runner.query(exec);
+      ms.push(performance.now() - t0);
+      await runner.query('ROLLBACK');
+    }
+    ms.sort((a, b) => a - b);
+    console.log(
+      `executions: median ${ms[Math.floor(ms.length / 2)].toFixed(2)} ms (p25 ${ms[Math.floor(ms.length / 4)].toFixed(2)}, p75 ${ms[Math.floor((ms.length * 3) / 4)].toFixed(2)}) of ${ms.length}`,
     );
   }
   await runner.query('DEALLOCATE ic_claim');

@@ -51,6 +51,11 @@ export interface ClaimPlanRequest {
   leaseMs: number;
   owner: string;
   token: string;
+  /**
+   * Per handler (in `handlers`' order), how many of its candidates the claim checks first, for
+   * dialects that claim per handler (`claimPerHandler`); see `ClaimCandidates`.
+   */
+  handlerLimits?: readonly number[];
 }
 
 /**
@@ -67,6 +72,11 @@ export type ClaimCandidates = (options: {
   within?: unknown[];
   /** Select list over the alias `c` (default: `c.id`). */
   columns?: SqlText;
+  /**
+   * Per handler, how many candidates to check before the remainder (a per-handler claim with
+   * several handlers; default: `limit` each). Values only: they never change the text.
+   */
+  handlerLimits?: readonly number[];
 }) => SqlText;
 
 export interface RowMove {

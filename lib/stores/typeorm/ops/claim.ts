@@ -9,6 +9,11 @@ import { newId } from '../../../ids';
 interface ClaimShape {
   names: string[];
   candidates: ClaimCandidates;
+  /**
+   * A per-handler claim with several handlers: per handler, the candidates the last claim checked
+   * first and the rows it got (see `firstLimits`).
+   */
+  last?: { limits: number[]; got: number[] };
 }
 
 /**
@@ -30,6 +35,9 @@ interface KeyHeads {
   /** Open deliveries of the handler, oldest first, whose key is probed one by one. */
   probes: number;
 }
+
+/** The placeholder handler as SQL text (a constant of the library, no parameter; see `unexpandedBlocker`). */
+const UNEXPANDED_LITERAL = raw(`'${UNEXPANDED_HANDLER.replace(/'/g, "''")}'`);
 
 /** Unexpanded deliveries turned into per-handler ones per claim, at most. */
 const EXPAND_BATCH = 500;
@@ -75,6 +83,8 @@ export class ClaimOp {
     const d = ctx.dialect;
     const token = randomUUID();
     const { names, candidates } = shape;
+    const handlerLimits =
+      d.claimPerHandler && names.length > 1 ? firstLimits(shape, request.limit) : undefined;
     // The lease's owner and token are this claim's; only its deadline (the database's clock)
     // comes back per row.
     this.columns ??= sql`d.id, d.handler, d.attempts, ${d.timeOut(raw('d.lease_until'))} AS lease_until, d.event_seq, ${ctx.eventColumns('e')}`;
@@ -87,6 +97,7 @@ export class ClaimOp {
             leaseMs: request.leaseMs,
             owner: request.workerId,
             token,
+            handlerLimits,
           },
           candidates,
           this.columns!,
@@ -94,6 +105,14 @@ export class ClaimOp {
       d.claimRunOptions,
     );
     if (!inClaimOrder(rows)) rows.sort(byClaimOrder);
+    if (handlerLimits) {
+      const got = names.map(() => 0);
+      for (const r of rows) {
+        const i = names.indexOf(String(r.handler));
+        if (i >= 0) got[i]++;
+      }
+      shape.last = { limits: handlerLimits, got };
+    }
     const owner = request.workerId;
     // One statement sets every lease's deadline to the same value: its rows share one Date, as
     // they share the owner and the token (a lease is replaced on renewal, never changed).
@@ -219,10 +238,23 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
    * is written as a range (`>= AND <=`, the same rows: the column's collation is deterministic),
    * so it is no equality the planner would fold the order's `c.handler` into, and the order
    * `(c.handler, c.event_seq)` is one only that index gives without a sort. One handler: that
-   * query. Several: one such query per handler (a LATERAL over the names, each with the limit and
-   * SKIP LOCKED: it locks at most `limit` rows per handler for the statement's duration, skipping
-   * rows other claims hold as before), then the oldest `limit` of them across the handlers, so no
-   * handler waits behind another's backlog.
+   * query. Several: the oldest `limit` due candidates across the handlers, so no handler waits
+   * behind another's backlog, in two steps of one statement:
+   * - `s`: one such query per handler (a LATERAL over the names), each with its own first limit
+   *   (`handlerLimits`, a share of the limit; see `firstLimits`) and SKIP LOCKED: it locks those
+   *   rows for the statement's duration, skipping rows other claims hold, as before;
+   * - more of a handler only if it may hold more of the oldest `limit`: it filled its first limit
+   *   (`got >= lim`), and fewer than `limit` of `s` come at or before its last row in claim order
+   *   (`rank`, by (event_seq, handler)). Then up to `limit - rank` more of its candidates after
+   *   that row (the same query, same locks). Any row of the oldest `limit` across the handlers'
+   *   candidates that `s` missed is among those (it comes after its handler's last row of `s` and
+   *   has fewer than `limit` rows before it), so the result is the oldest `limit` of both parts:
+   *   what checking `limit` candidates of every handler gave (run 19), with about `limit` checks
+   *   when the first limits fit (bench/RESULTS.md, run 20).
+   * Rows a part locked that the final limit leaves out stay locked until the statement ends, as
+   * in run 19; per-key order does not depend on them (a later row of a key is blocked by the
+   * earlier open row itself, and the second part's rows come after the first part's of their
+   * handler, still open in this statement's snapshot).
    */
   private perHandler(names: string[], where: CandidateWhere): ClaimCandidates {
     const { ctx } = this;
@@ -235,17 +267,43 @@ ${where(sql`c.handler >= ${name} AND c.handler <= ${name}`, within, lock, keyHea
 ORDER BY c.handler, c.event_seq
 LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     }
-    const values = join(
-      names.map((n) => sql`(${n}::text)`),
-      ', ',
-    );
-    return ({ limit, lock, within, columns }) =>
-      sql`SELECT ${columns ?? raw('c.id')} FROM (VALUES ${values}) h(name) CROSS JOIN LATERAL (SELECT c.* FROM ${ctx.D} c
-${where(sql`c.handler >= h.name AND c.handler <= h.name`, within, lock, keyHeads(raw('h.name'), limit))}
+    // The limits are parameters of a fixed text (the VALUES rows), so a worker's claims stay one
+    // prepared statement whatever they are.
+    const scan = (
+      bound: SqlText,
+      limit: SqlText,
+      lock: boolean,
+      within: unknown[] | undefined,
+      claimLimit: number,
+    ) =>
+      sql`SELECT c.* FROM ${ctx.D} c
+${where(sql`c.handler >= h.name AND c.handler <= h.name${bound}`, within, lock, keyHeads(raw('h.name'), claimLimit))}
 ORDER BY c.handler, c.event_seq
-LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}) c
+LIMIT ${limit} ${lock ? d.skipLocked : EMPTY}`;
+    return ({ limit, lock, within, columns, handlerLimits }) => {
+      const n = Math.floor(limit);
+      const values = join(
+        names.map((name, i) => {
+          const first = Math.floor(handlerLimits?.[i] ?? n);
+          return sql`(${name}::text, ${Math.max(1, Math.min(n, first))}::int)`;
+        }),
+        ', ',
+      );
+      // Planner costs, so the server keeps the generic plan (bench/RESULTS.md, run 20): the limit
+      // is a sub-select, unknown to custom plans as to the generic one (as the placeholder's
+      // literal in `unexpandedBlocker` is known to both), and the first part has a limit it never
+      // reaches (each handler's first limit is at most the limit), which custom plans know and
+      // cost as a full read, the generic plan as a tenth (the planner's guess for an unknown
+      // limit).
+      const all = sql`(SELECT ${n}::bigint)`;
+      return sql`WITH s AS (SELECT c.*, h.lim AS first_limit FROM (VALUES ${values}) h(name, lim) CROSS JOIN LATERAL (${scan(EMPTY, raw('h.lim'), lock, within, n)}) c LIMIT ${n * names.length}),
+f AS (SELECT o.handler AS name, max(o.event_seq) AS after, count(*) AS got, min(o.first_limit) AS lim, max(o.pos) AS rank
+  FROM (SELECT s.handler, s.event_seq, s.first_limit, row_number() OVER (ORDER BY s.event_seq, s.handler) AS pos FROM s) o GROUP BY o.handler LIMIT ${raw(String(names.length))})
+SELECT ${columns ?? raw('c.id')} FROM (SELECT * FROM s UNION ALL SELECT c.*, 0 FROM f h CROSS JOIN LATERAL (${scan(raw(' AND c.event_seq > h.after'), sql`${all} - h.rank`, lock, within, n)}) c
+WHERE h.got >= h.lim AND h.rank < ${all}) c
 ORDER BY c.event_seq, c.handler
-LIMIT ${Math.floor(limit)}`;
+LIMIT ${all}`;
+    };
   }
 
   /** The SQL parts of a set of subscriptions, built once per distinct set. */
@@ -254,7 +312,8 @@ LIMIT ${Math.floor(limit)}`;
     let shape = this.shapes.get(key);
     if (!shape) {
       const names = [...new Set(request.handlers.map((h) => h.name))];
-      const candidates = this.candidatesOf(names, this.unexpandedBlocker(request));
+      const literal = this.ctx.dialect.claimPerHandler === true && names.length > 1;
+      const candidates = this.candidatesOf(names, this.unexpandedBlocker(request, literal));
       shape = { names, candidates };
       // Sets come from code (a worker has one); the bound only guards against a caller that
       // makes a new one per claim.
@@ -273,7 +332,7 @@ LIMIT ${Math.floor(limit)}`;
    * that transaction commits, the committed placeholder is still what this statement reads, and
    * afterwards the expanded copies are. Served by the (handler, event_key, event_seq) index.
    */
-  private unexpandedBlocker(request: ClaimRequest): SqlText {
+  private unexpandedBlocker(request: ClaimRequest, literal: boolean): SqlText {
     const typesOf = new Map<string, Set<string>>();
     for (const h of request.handlers) {
       const types = typesOf.get(h.name) ?? new Set<string>();
@@ -297,9 +356,14 @@ LIMIT ${Math.floor(limit)}`;
       ),
       ' OR ',
     );
+    // PostgreSQL's several-handler claim writes the placeholder's name as a literal, not a
+    // parameter: its generic plan would estimate a parameter as a common handler (a costlier
+    // check per candidate than the custom plans' "few or none"), and a generic plan that looks
+    // dearer than the custom ones is never chosen, so that claim was planned afresh on every call
+    // (bench/RESULTS.md, run 20). The other claims keep the parameter (their plans as before).
     return sql` AND NOT EXISTS (
     SELECT 1 FROM ${this.ctx.D} u
-    WHERE u.handler = ${UNEXPANDED_HANDLER} AND u.event_key = c.event_key AND u.status IN ('pending', 'leased') AND u.event_seq < c.event_seq AND (${which}))`;
+    WHERE u.handler = ${literal ? UNEXPANDED_LITERAL : sql`${UNEXPANDED_HANDLER}`} AND u.event_key = c.event_key AND u.status IN ('pending', 'leased') AND u.event_seq < c.event_seq AND (${which}))`;
   }
 
   /**
@@ -354,6 +418,28 @@ LIMIT ${Math.floor(limit)}`;
 
 function keyHeads(name: SqlText, limit: number): KeyHeads {
   return { name, probes: Math.max(KEY_PROBES_PER_LIMIT * Math.floor(limit), KEY_PROBES_MIN) };
+}
+
+/**
+ * How many candidates each handler of a several-handler claim checks first (PostgreSQL, see
+ * `perHandler`): its share of the last claim plus a spare, doubled when it got all it was given
+ * (it may have more); an even share of the limit plus the spare on a worker's first claim and
+ * after a claim that found nothing. Only a cost: a claim whose first candidates fall short of the
+ * limit takes the rest from the handlers that filled theirs, in the same statement.
+ */
+function firstLimits(shape: ClaimShape, limit: number): number[] {
+  const n = Math.floor(limit);
+  const handlers = shape.names.length;
+  const spare = Math.max(2, Math.ceil(n / (4 * handlers)));
+  const last = shape.last;
+  if (!last || last.got.every((g) => g === 0))
+    return shape.names.map(() => Math.min(n, Math.ceil(n / handlers) + spare));
+  return last.got.map((got, i) =>
+    Math.max(
+      1,
+      Math.min(n, got >= last.limits[i] ? Math.max(got + spare, 2 * last.limits[i]) : got + spare),
+    ),
+  );
 }
 
 /** Rows in claim order: oldest event first, then by handler name (one event, several handlers). */
