@@ -213,18 +213,21 @@ LIMIT ${Math.floor(limit)} ${lock ? d.skipLocked : EMPTY}`;
     const D = this.ctx.D;
     const { name, probes } = heads;
     const open = raw(`status IN ('pending', 'leased')`);
-    // The heads of the handler's keys in key order, one descent of the key index each.
+    // The heads of the handler's keys in key order, one descent of the key index each. They carry
+    // the handler, and a candidate is tested with its own: a set built for another handler of the
+    // LATERAL (a recheck of a row another transaction changed reuses the subquery's state, and on
+    // a plan where nothing rebuilds it for the next name) then fails closed, passing no row.
     const keyHeads = sql`WITH RECURSIVE k AS (
-    (SELECT event_key, event_seq FROM ${D} WHERE handler = ${name} AND ${open} AND event_key IS NOT NULL ORDER BY event_key, event_seq LIMIT 1)
+    (SELECT handler, event_key, event_seq FROM ${D} WHERE handler = ${name} AND ${open} AND event_key IS NOT NULL ORDER BY event_key, event_seq LIMIT 1)
     UNION ALL
-    SELECT n.event_key, n.event_seq FROM k CROSS JOIN LATERAL (
-      SELECT o.event_key, o.event_seq FROM ${D} o WHERE o.handler = ${name} AND o.${open} AND o.event_key > k.event_key ORDER BY o.event_key, o.event_seq LIMIT 1) n)
-    SELECT event_key, event_seq FROM k`;
+    SELECT n.handler, n.event_key, n.event_seq FROM k CROSS JOIN LATERAL (
+      SELECT o.handler, o.event_key, o.event_seq FROM ${D} o WHERE o.handler = ${name} AND o.${open} AND o.event_key > k.event_key ORDER BY o.event_key, o.event_seq LIMIT 1) n)
+    SELECT handler, event_key, event_seq FROM k`;
     return sql`(CASE WHEN c.event_seq <= COALESCE((
     SELECT b.event_seq FROM ${D} b WHERE b.handler >= ${name} AND b.handler <= ${name} AND b.${open} AND ${due}
     ORDER BY b.handler, b.event_seq OFFSET ${probes} LIMIT 1), 9223372036854775807)
     OR c.handler NOT IN (SELECT ${name} FROM (${keyHeads} LIMIT ${raw(String(KEY_HEADS_MAX + 1))}) m HAVING count(*) <= ${raw(String(KEY_HEADS_MAX))}) THEN ${olderOpen}
-  ELSE (c.event_key, c.event_seq) IN (${keyHeads}) END)`;
+  ELSE (c.handler, c.event_key, c.event_seq) IN (${keyHeads}) END)`;
   }
 
   /**
@@ -299,7 +302,7 @@ LIMIT ${limit} ${lock ? d.skipLocked : EMPTY}`;
       return sql`WITH s AS (SELECT c.*, h.lim AS first_limit FROM (VALUES ${values}) h(name, lim) CROSS JOIN LATERAL (${scan(EMPTY, raw('h.lim'), lock, within, n)}) c LIMIT ${n * names.length}),
 f AS (SELECT o.handler AS name, max(o.event_seq) AS after, count(*) AS got, min(o.first_limit) AS lim, max(o.pos) AS rank
   FROM (SELECT s.handler, s.event_seq, s.first_limit, row_number() OVER (ORDER BY s.event_seq, s.handler) AS pos FROM s) o GROUP BY o.handler LIMIT ${raw(String(names.length))})
-SELECT ${columns ?? raw('c.id')} FROM (SELECT * FROM s UNION ALL SELECT c.*, 0 FROM f h CROSS JOIN LATERAL (${scan(raw(' AND c.event_seq > h.after'), sql`${all} - h.rank`, lock, within, n)}) c
+SELECT ${columns ?? raw('c.id')} FROM (SELECT * FROM s UNION ALL SELECT c.*, 0 FROM f h CROSS JOIN LATERAL (${scan(raw(' AND c.event_seq > h.after'), sql`GREATEST(${all} - h.rank, 0)`, lock, within, n)}) c
 WHERE h.got >= h.lim AND h.rank < ${all}) c
 ORDER BY c.event_seq, c.handler
 LIMIT ${all}`;
