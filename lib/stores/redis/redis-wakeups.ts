@@ -9,6 +9,7 @@ interface RedisPubSubClient {
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'ready', listener: () => void): unknown;
   on(event: 'error', listener: (error: unknown) => void): unknown;
+  once(event: 'ready' | 'end', listener: () => void): unknown;
   quit(): Promise<unknown>;
   disconnect(): void;
   readonly status?: string;
@@ -70,16 +71,39 @@ export class RedisWakeups {
     // Stopped once, whoever asks again (the dispatcher stopping after the store closed its
     // subscriptions): a second QUIT would fail on the closing connection, and the disconnect
     // after it would leave ioredis' disconnect timer (2 s) keeping the process alive.
+    // A subscriber still connecting is let finish first: a QUIT that closes the socket under
+    // ioredis' ready check fails the check, whose recovery disconnects the closed connection
+    // again, with the same timer.
     let stopped: Promise<void> | null = null;
     return () => {
       closed = true;
-      stopped ??= subscriber.quit().then(
-        () => undefined,
-        () => {
-          if (subscriber.status !== 'end') subscriber.disconnect();
-        },
-      );
+      stopped ??= connected(subscriber)
+        .then(() => subscriber.quit())
+        .then(
+          () => undefined,
+          () => {
+            if (subscriber.status !== 'end') subscriber.disconnect();
+          },
+        );
       return stopped;
     };
   }
+}
+
+/**
+ * Settles once a subscriber that is connecting (its ready check perhaps in flight) is ready or
+ * gone, at once in any other state, and within 1 s whatever happens.
+ */
+function connected(subscriber: RedisPubSubClient): Promise<void> {
+  const { status } = subscriber;
+  if (status !== 'connecting' && status !== 'connect') return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, 1_000);
+    const done = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    subscriber.once('ready', done);
+    subscriber.once('end', done);
+  });
 }

@@ -83,4 +83,26 @@ describeWithService('redis', 'redis store wake-ups', () => {
     await new Promise((r) => setImmediate(r));
     expect(timers()).toBeLessThanOrEqual(before);
   });
+
+  it('a subscription stopped while it still connects leaves no timer', async () => {
+    // Stopped during ioredis' ready check, a QUIT closed the socket under the check, whose
+    // failure then disconnected the closed connection again and armed the 2 s timer.
+    const client = connect();
+    const store = new RedisOutboxStore({ client, prefix });
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    try {
+      await client.ping();
+      const before = timers();
+      for (let delay = 0; delay < 12; delay++) {
+        const stop = store.onWakeup(() => undefined);
+        await new Promise((r) => setTimeout(r, delay / 2));
+        await stop();
+      }
+      await new Promise((r) => setTimeout(r, 50));
+      expect(timers()).toBeLessThanOrEqual(before);
+    } finally {
+      await store.close();
+      client.disconnect();
+    }
+  });
 });
