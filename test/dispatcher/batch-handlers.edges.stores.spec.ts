@@ -127,11 +127,13 @@ function probesOn(target: StoreTarget): void {
     class Long {
       @OutboxHandler('p3.metric', { name: 'p3', batch: { max: 10 }, timeoutMs: 5_000 })
       async write(events: OutboxEvent<N>[]) {
-        await new Promise((r) => setTimeout(r, 1_000));
+        await new Promise((r) => setTimeout(r, 1_500));
         for (const e of events) handled.push(e.payload.n);
       }
     }
-    const dispatcher = { ...FAST, leaseMs: 300 };
+    // Three leases long; renewed every leaseMs / 3, which leaves a stall of up to ~330 ms on a
+    // loaded machine before a lease can lapse (300 ms leases lapsed there now and then).
+    const dispatcher = { ...FAST, leaseMs: 500 };
     t = await createOutboxApp([Long], { store: opened.store, dispatcher });
     const other = await createOutboxApp([Long], { store: opened.store, dispatcher });
     try {

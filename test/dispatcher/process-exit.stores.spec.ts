@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { forkFixture } from '../support/child-process';
+import { exitTime, forkFixture } from '../support/child-process';
 import { describeWithService } from '../support/services';
 import { createDialect } from '../../lib/stores/typeorm/dialects';
 import { openDataSource, TestDialect } from '../stores/typeorm/typeorm-test-helpers';
@@ -38,10 +38,7 @@ for (const { store, service, apps } of CASES) {
           30_000,
         );
         expect(handled).toBe(apps);
-        const gone = await Promise.race([
-          child.exited.then(() => Date.now()),
-          new Promise<null>((done) => setTimeout(() => done(null), 10_000)),
-        ]);
+        const gone = await exitTime(child, 10_000);
         expect(gone === null ? 'still running after 10 s' : gone - closed).toBeLessThan(1_000);
         expect(await child.exited).toEqual({ code: 0, signal: null });
       } finally {

@@ -86,3 +86,21 @@ export function forkFixture(file: string, env: Record<string, string> = {}): Fix
     },
   };
 }
+
+/**
+ * When the child exited (`Date.now()`), or null if it still runs after `withinMs`. The wait's
+ * timer is cleared either way, so it never keeps a Jest worker alive after the test.
+ */
+export async function exitTime(fixture: FixtureProcess, withinMs: number): Promise<number | null> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      fixture.exited.then(() => Date.now()),
+      new Promise<null>((done) => {
+        timer = setTimeout(() => done(null), withinMs);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

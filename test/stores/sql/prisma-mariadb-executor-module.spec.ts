@@ -17,7 +17,7 @@ import {
   OutboxValidationError,
   prismaExecutor,
 } from 'nestjs-outbox';
-import { forkFixture } from '../../support/child-process';
+import { exitTime, forkFixture } from '../../support/child-process';
 import { describeWithService } from '../../support/services';
 import { openDataSource, uniquePrefix } from '../typeorm/typeorm-test-helpers';
 import { mysql2StoreFor, openMysqlPool } from './mysql2-test-helpers';
@@ -339,10 +339,7 @@ describe('prismaExecutor(prisma) over @prisma/adapter-mariadb', () => {
       const pool = openMysqlPool(1);
       try {
         const { closed } = await child.next<{ closed: number }>();
-        const gone = await Promise.race([
-          child.exited.then(() => Date.now()),
-          new Promise<null>((done) => setTimeout(() => done(null), 10_000)),
-        ]);
+        const gone = await exitTime(child, 10_000);
         // The idle end of the executor's pool comes 5 s after its last statement.
         expect(gone === null ? 'still running after 10 s' : gone - closed).toBeLessThan(2_500);
         expect(await child.exited).toEqual({ code: 0, signal: null });

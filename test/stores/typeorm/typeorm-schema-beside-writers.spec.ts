@@ -35,16 +35,22 @@ describeWithService('postgres', 'ensureSchema beside open writing transactions',
       await writer.query(`LOCK TABLE ${d.tables.deliveries.text} IN ROW EXCLUSIVE MODE`);
       await writer.query(`LOCK TABLE "${prefix}inbox" IN ROW EXCLUSIVE MODE`);
       const started = Date.now();
-      const within = <T>(p: Promise<T>) =>
-        Promise.race([
-          p,
-          new Promise<never>((_, reject) =>
-            setTimeout(
-              () => reject(new Error('ensureSchema waited on the open transaction')),
-              5_000,
-            ),
-          ),
-        ]);
+      const within = async <T>(p: Promise<T>) => {
+        let timer: NodeJS.Timeout | undefined;
+        try {
+          return await Promise.race([
+            p,
+            new Promise<never>((_, reject) => {
+              timer = setTimeout(
+                () => reject(new Error('ensureSchema waited on the open transaction')),
+                5_000,
+              );
+            }),
+          ]);
+        } finally {
+          clearTimeout(timer);
+        }
+      };
       await within(ensureOutboxSchema(ds, { tablePrefix: prefix }));
       await within(ensureInboxSchema(ds, { tablePrefix: prefix }));
       expect(Date.now() - started).toBeLessThan(5_000);
