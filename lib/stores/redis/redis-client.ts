@@ -15,6 +15,21 @@ export interface RedisClientLike {
   readonly status?: string;
 }
 
+/**
+ * Closes a connection with QUIT, else (QUIT failed: the connection is closing or gone) drops it —
+ * unless it has ended already, since ioredis' disconnect of an ended connection only arms its 2 s
+ * timer, which keeps the process alive after the app closed.
+ */
+export async function quitConnection(
+  client: Pick<RedisClientLike, 'quit' | 'disconnect' | 'status'>,
+): Promise<void> {
+  try {
+    await client.quit();
+  } catch {
+    if (client.status !== 'end') client.disconnect();
+  }
+}
+
 /** True for something that looks like an ioredis client. */
 export function isRedisClientLike(value: unknown): value is RedisClientLike {
   const c = value as Partial<RedisClientLike> | null;

@@ -39,7 +39,7 @@ import {
   encodeCursor,
   DeadLetterSummary,
 } from '../store-helpers';
-import { clientKeyPrefix, RedisClientLike, runScript } from './redis-client';
+import { clientKeyPrefix, quitConnection, RedisClientLike, runScript } from './redis-client';
 import { RedisScriptName } from './redis-scripts';
 import { CoalescedSignal } from '../wakeups';
 import { payloadTextOf } from '../payload-text';
@@ -573,20 +573,11 @@ export class RedisOutboxStore implements OutboxStore {
     await this.stopWakeups();
     if (!this.ownsClient) return;
     // Quit once: a later close waits for the first (a second QUIT fails on the closed connection).
-    this.quitting ??= this.quit();
+    this.quitting ??= quitConnection(this.client);
     await this.quitting;
   }
 
   private quitting: Promise<void> | null = null;
-
-  private async quit(): Promise<void> {
-    try {
-      await this.client.quit();
-    } catch {
-      // An ended connection's disconnect would only arm ioredis' 2 s timer.
-      if (this.client.status !== 'end') this.client.disconnect();
-    }
-  }
 }
 
 /**

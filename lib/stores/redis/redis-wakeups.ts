@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { RedisClientLike } from './redis-client';
+import { quitConnection, type RedisClientLike } from './redis-client';
 
 /** The part of an ioredis client (`Redis` or `Cluster`) pub/sub uses. */
 interface RedisPubSubClient {
@@ -77,14 +77,7 @@ export class RedisWakeups {
     let stopped: Promise<void> | null = null;
     return () => {
       closed = true;
-      stopped ??= connected(subscriber)
-        .then(() => subscriber.quit())
-        .then(
-          () => undefined,
-          () => {
-            if (subscriber.status !== 'end') subscriber.disconnect();
-          },
-        );
+      stopped ??= connected(subscriber).then(() => quitConnection(subscriber));
       return stopped;
     };
   }
