@@ -467,10 +467,10 @@ describe('batch handlers at the edges (memory store)', () => {
     );
     expect(await eventually(() => t!.dispatcher.stats().succeeded === 3, 5_000)).toBe(true);
     await new Promise((r) => setTimeout(r, 100));
-    expect(calls).toEqual([
-      [1, 1, 1],
-      [2, 2, 2],
-    ]);
+    // The retries are due a millisecond apart at most; a loaded machine may claim them in two
+    // batches (docs/handlers.md: retried events come back in later batches), never a third time.
+    expect(calls[0]).toEqual([1, 1, 1]);
+    expect(calls.slice(1).flat()).toEqual([2, 2, 2]);
     expect(t.dispatcher.stats()).toMatchObject({
       succeeded: 3,
       retried: 3,
