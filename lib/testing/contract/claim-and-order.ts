@@ -218,7 +218,7 @@ export function claimAndOrderContract(k: ContractKit): void {
       await store.append([e1, e2]);
       const [c1] = await claim([A]);
       await store.deadLetter(c1.lease, 'rejected', err(1));
-      const [c2] = await claim([A], 100, 'w2');
+      const [c2] = await claim([A], 100, 'w2', leaseMs);
       expect(c2.event.id).toBe(e2.id);
       expect(await store.replay({ ids: [c1.id] })).toBe(1);
       expect(await claim([A])).toHaveLength(0);

@@ -35,7 +35,7 @@ export function leasesAndFencingContract(k: ContractKit): void {
 
     it('lets another worker reclaim an expired lease and fences the old owner out', async () => {
       await store.append([event({ handlers: ['A.handle'] })]);
-      const [old] = await claim([A], 10, 'w-old');
+      const [old] = await claim([A], 10, 'w-old', leaseMs);
       expect(await claim([A], 10, 'w-new')).toHaveLength(0);
       await advance(leaseMs + 50);
       await expect(store.ack(old.lease)).rejects.toBeInstanceOf(LeaseLostError);
@@ -77,7 +77,7 @@ export function leasesAndFencingContract(k: ContractKit): void {
     it('refuses ackMany on an expired lease that another worker took', async () => {
       if (!store.ackMany) return;
       await store.append([event({ handlers: ['A.handle'] })]);
-      const [old] = await claim([A], 10, 'w-old');
+      const [old] = await claim([A], 10, 'w-old', leaseMs);
       await advance(leaseMs + 50);
       const [fresh] = await claim([A], 10, 'w-new');
       expect(await store.ackMany([old.lease])).toEqual([]);
@@ -86,7 +86,7 @@ export function leasesAndFencingContract(k: ContractKit): void {
 
     it('keeps a renewed lease past its first expiry', async () => {
       await store.append([event({ handlers: ['A.handle'] })]);
-      const [c] = await claim([A], 10, 'w1');
+      const [c] = await claim([A], 10, 'w1', leaseMs);
       await advance(leaseMs / 2);
       const renewed = await store.renew(c.lease, leaseMs * 2);
       expect(renewed.leaseUntil.getTime()).toBeGreaterThan(c.lease.leaseUntil.getTime());
