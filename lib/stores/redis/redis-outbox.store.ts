@@ -41,6 +41,7 @@ import {
 } from '../store-helpers';
 import { clientKeyPrefix, quitConnection, RedisClientLike, runScript } from './redis-client';
 import { RedisScriptName } from './redis-scripts';
+import { ackManyArgs, grouped } from './redis-acks';
 import { CoalescedSignal } from '../wakeups';
 import { payloadTextOf } from '../payload-text';
 import { RedisWakeups, wakeupConnectionName } from './redis-wakeups';
@@ -337,22 +338,7 @@ export class RedisOutboxStore implements OutboxStore {
     for (let i = 0; i < leases.length; i += ACK_MANY_CHUNK) {
       const chunk = leases.length <= ACK_MANY_CHUNK ? leases : leases.slice(i, i + ACK_MANY_CHUNK);
       const order = grouped(chunk);
-      const args: string[] = [];
-      let countAt = -1;
-      for (let k = 0; k < order.length; k++) {
-        const lease = order[k];
-        if (
-          countAt < 0 ||
-          lease.owner !== order[k - 1].owner ||
-          lease.token !== order[k - 1].token
-        ) {
-          if (countAt >= 0) args[countAt] = String(args.length - countAt - 1);
-          args.push(lease.owner, lease.token, '');
-          countAt = args.length - 1;
-        }
-        args.push(lease.deliveryId);
-      }
-      if (countAt >= 0) args[countAt] = String(args.length - countAt - 1);
+      const args = ackManyArgs(order);
       const refused = (await this.run('ackMany', args)) as (number | string)[];
       if (refused.length === 0) {
         for (const lease of order) acked.push(lease.deliveryId);
@@ -598,36 +584,6 @@ function errorArgs(error: DeliveryErrorInput): (string | number)[] {
     // '' for none; the JSON text of the string otherwise, as name and message.
     typeof error.stack === 'string' ? JSON.stringify(error.stack.slice(0, MAX_STACK_LENGTH)) : '',
   ];
-}
-
-/**
- * Leases with the same owner and token next to each other, each group in its original order. A
- * worker acks its own leases, usually of one or a few claims, and a claim's leases arrive
- * together: the leases come back as they are when no group is split.
- */
-function grouped(leases: Lease[]): Lease[] {
-  const seen = new Set<string>();
-  let prev: Lease | undefined;
-  let split = false;
-  for (const lease of leases) {
-    if (prev && lease.owner === prev.owner && lease.token === prev.token) continue;
-    const group = JSON.stringify([lease.owner, lease.token]);
-    if (seen.has(group)) {
-      split = true;
-      break;
-    }
-    seen.add(group);
-    prev = lease;
-  }
-  if (!split) return leases;
-  const groups = new Map<string, Lease[]>();
-  for (const lease of leases) {
-    const group = JSON.stringify([lease.owner, lease.token]);
-    const list = groups.get(group);
-    if (list) list.push(lease);
-    else groups.set(group, [lease]);
-  }
-  return [...groups.values()].flat();
 }
 
 /**

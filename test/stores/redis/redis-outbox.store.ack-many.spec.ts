@@ -96,6 +96,31 @@ describeWithService('redis', 'RedisOutboxStore ackMany', () => {
     expect(before[3].o).toBeUndefined();
   });
 
+  it("answers by position whatever the ids: 36-character ids of other bytes among a claim's own", async () => {
+    await store.append(Array.from({ length: 4 }, () => event()));
+    const batch = await claim(4);
+    const lease = batch[0].lease;
+    // Ids of one owner and token travel packed 36 bytes apart unless one is not 36 ASCII
+    // characters: each of these forces the other form, or is refused in the packed one.
+    const odd = ['é'.repeat(36), 'x'.repeat(36), '😀'.repeat(18), 'y'.repeat(35), 'z'.repeat(37)];
+    const acked = await store.ackMany([
+      batch[0].lease,
+      ...odd.map((deliveryId) => ({ ...lease, deliveryId })),
+      batch[1].lease,
+    ]);
+    expect(acked).toEqual([batch[0].id, batch[1].id]);
+    // A group of the claim's own ids (packed) next to a group holding an odd id (not packed).
+    const other = { ...lease, owner: 'w9' };
+    const rest = await store.ackMany([
+      batch[2].lease,
+      { ...other, deliveryId: 'é'.repeat(36) },
+      { ...other, deliveryId: batch[3].id },
+      batch[3].lease,
+    ]);
+    expect(rest).toEqual([batch[2].id, batch[3].id]);
+    expect(await store.stats()).toMatchObject({ pending: 0, leased: 0 });
+  });
+
   it('acknowledges leases of several claims given interleaved, and refuses the stale lease of a delivery its worker claimed again', async () => {
     await store.append(Array.from({ length: 6 }, () => event()));
     const first = await claim(3, 'w1', 300);
