@@ -114,13 +114,10 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   /**
    * Times come back as epoch milliseconds (`float8`, exact for `timestamptz(3)`): a number costs
    * `new Date(n)` to read, where `pg`'s text timestamp parsing was the largest single cost of
-   * reading a claimed row (measured: 3 µs per row of three times). Computed in double precision
-   * and rounded: `extract()` computes in `numeric` (PostgreSQL 14+), ~0.8 µs of server CPU per
-   * value against ~0.3 (a claimed row has three; bench/RESULTS.md, run 25); the rounded double is
-   * the same whole number for every millisecond time from year 1 to 9999.
+   * reading a claimed row (measured: 3 µs per row of three times).
    */
   timeOut(expr: SqlText): SqlText {
-    return sql`round(date_part('epoch', ${expr}) * 1000)`;
+    return sql`(extract(epoch from ${expr}) * 1000)::float8`;
   }
 
   readTime(value: unknown): Date {
