@@ -252,21 +252,22 @@ SELECT id, seq, ${this.timeOut(raw('available_at'))} AS available_at FROM ev`);
    * (`$1`) and, at the same positions, each lease's fence (`$2`: the token's length, the token
    * and the owner in one string; the length keeps the split unambiguous whatever a token holds).
    * The rows are reached through the primary key (`id = ANY`), the only index this statement can
-   * use (the status test is written so no partial index on status matches it), and each row is
-   * checked against the fence at its id's position in the array (`array_position`: the first
-   * lease given for the id). A row whose first lease does not match is checked against every
-   * lease given for its id (`array_positions`), so a batch holding two leases of one delivery
-   * (a stale one first) deletes it as any matching pair would; only such rows pay that check.
-   * No join: before, the rows were matched to the leases by a semi-join on (id, fence), which
-   * the generic plan, estimating ten leases, ran as a nested loop comparing each row with half the
-   * batch (bench/RESULTS.md, run 25: 12,720 comparisons for 160 acks, 2.2 ms; this 0.45 ms, and
-   * 13.8 → 6.3 µs of server CPU per acknowledged delivery). (Written with `$1`, `$2`, each array
-   * sent once.)
+   * use (the status test is written so no partial index on status matches it). Each row is then
+   * checked against the lease at its id's position, found by binary search (`width_bucket`: the
+   * caller gives the ids in order, see `AckOp`) and confirmed to hold the row's id, so a position
+   * off (ids out of order) never pairs a row with another delivery's lease of the same claim
+   * (fences do not name the id). A row that fails that check is checked against every lease
+   * given for its id (`array_positions`, a scan): a stale lease given before the live one, ids out
+   * of order, or a lease lost. No join for the planner to choose: the semi-join on (id, fence)
+   * this replaced ran as a hash join in a drain's statistics but as a nested loop comparing each
+   * row with half the batch in others (bench/RESULTS.md, run 25: 12,720 comparisons for 160 acks,
+   * 12.6 against 5.2 µs of server CPU per acknowledged delivery). (Written with `$1`, `$2`: each
+   * array is sent and parsed once.)
    */
   *deleteLeased(leases: readonly LeaseRef[]): Plan<Row[]> {
     this.deleteLeasedText ??= prepared(sql`DELETE FROM ${this.tables.deliveries} AS d
 WHERE d.id = ANY($1::uuid[]) AND d.status || '' = 'leased' AND d.lease_until > ${this.now}
-  AND (${LEASE_FENCE} = ($2::text[])[array_position($1::uuid[], d.id)]
+  AND ((${LEASE_FENCE} = ($2::text[])[width_bucket(d.id, $1::uuid[])] AND ($1::uuid[])[width_bucket(d.id, $1::uuid[])] = d.id)
     OR EXISTS (SELECT 1 FROM unnest(array_positions($1::uuid[], d.id)) AS i(n) WHERE ($2::text[])[i.n] = ${LEASE_FENCE}))
 RETURNING d.id`).text;
     const { rows } = yield new SqlText(
