@@ -135,6 +135,63 @@ function ackManyOn(dialect: TestDialect): void {
     });
   });
 
+  it('acknowledges a delivery given twice in one batch, a stale lease first, by its live lease only', async () => {
+    const [both, staleOnly, plain] = await appendAndClaim(3, 'w1', 300);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    const retaken = await h.store.claim({
+      workerId: 'w2',
+      handlers: [H],
+      limit: 3,
+      leaseMs: 60_000,
+    });
+    expect(retaken.map((c) => c.id)).toEqual([both.id, staleOnly.id, plain.id]);
+    // The stale lease comes first for its id (PostgreSQL also gets it spelled in capitals: the
+    // same row); the live one second. A delivery given only with its stale lease stays.
+    const stale = (l: Lease) =>
+      dialect === 'postgres' ? { ...l, deliveryId: l.deliveryId.toUpperCase() } : l;
+    const acked = await h.store.ackMany!([
+      stale(both.lease),
+      retaken[0].lease,
+      staleOnly.lease,
+      { ...retaken[2].lease, token: randomUUID() },
+      retaken[2].lease,
+    ]);
+    expect([...acked].sort()).toEqual([both.id, plain.id].sort());
+    expect((await rows([staleOnly.id])).get(staleOnly.id)).toMatchObject({
+      status: 'leased',
+      lease_owner: 'w2',
+    });
+    expect(await h.store.ackMany!([retaken[1].lease])).toEqual([staleOnly.id]);
+  });
+
+  if (dialect === 'postgres') {
+    it('never pairs a row with the lease of another delivery of its claim when ids in capitals sort out of uuid order', async () => {
+      const first = await appendAndClaim(40, 'w1', 300);
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      const live = await h.store.claim({
+        workerId: 'w2',
+        handlers: [H],
+        limit: 40,
+        leaseMs: 60_000,
+      });
+      const byId = new Map(live.map((c) => [c.id, c]));
+      // Two deliveries of the new claim (one fence for both) whose ids, the larger one in
+      // capitals, sort as text before the smaller one: the statement's id array is then out of
+      // uuid order for them.
+      const pair = first
+        .flatMap((y) => first.map((x) => [y, x] as const))
+        .find(([y, x]) => y.id > x.id && y.id.toUpperCase() < x.id);
+      expect(pair).toBeDefined();
+      const [y, x] = pair!;
+      const acked = await h.store.ackMany!([
+        { ...y.lease, deliveryId: y.id.toUpperCase() }, // stale: w1's lease
+        byId.get(x.id)!.lease, // live
+      ]);
+      expect(acked).toEqual([x.id]);
+      expect((await rows([y.id])).get(y.id)).toMatchObject({ status: 'leased', lease_owner: 'w2' });
+    });
+  }
+
   it('answers with each acknowledged id once, as the caller spelled it, whatever the order of the leases', async () => {
     const claimed = await appendAndClaim(5);
     // Out of id order (the statement wants them in it); on PostgreSQL an id in capitals still
