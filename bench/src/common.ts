@@ -1,5 +1,6 @@
 /* Shared helpers of the benchmark scenarios: connections, cleanup, timing, result output. */
 import 'reflect-metadata';
+import { randomUUID } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -213,6 +214,36 @@ export function runMain(main: () => Promise<void>): void {
 export function envInt(name: string, fallback: number): number {
   const v = process.env[name];
   return v === undefined || v === '' ? fallback : Number(v);
+}
+
+/**
+ * `count` unkeyed order events for one handler, numbered from `from`: the backlog the store-level
+ * benches (store-cost, store-pair, dispatch-stmts) append in chunks before they claim.
+ */
+export function orderEvents(
+  handler: { name: string; types: string[] },
+  from: number,
+  count: number,
+): {
+  id: string;
+  type: string;
+  key: null;
+  payload: Record<string, unknown>;
+  headers: Record<string, string>;
+  occurredAt: Date;
+  availableAt: null;
+  handlers: string[];
+}[] {
+  return Array.from({ length: count }, (_, j) => ({
+    id: randomUUID(),
+    type: handler.types[0],
+    key: null,
+    payload: { orderId: randomUUID(), total: from + j, lines: [{ sku: 'A-1', qty: 1 }] },
+    headers: {},
+    occurredAt: new Date(),
+    availableAt: null,
+    handlers: [handler.name],
+  }));
 }
 
 /** Server-side totals of the Redis at REDIS_URL: commands run, µs spent in them, CPU seconds. */

@@ -16,7 +16,7 @@ import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { envInt, openDataSource, PG, watchPrepared } from './common';
+import { envInt, openDataSource, orderEvents, PG, watchPrepared } from './common';
 
 type StoreClass = typeof import('../../lib/stores/typeorm/typeorm-outbox.store').TypeOrmOutboxStore;
 
@@ -67,18 +67,7 @@ async function main(): Promise<void> {
     await drop();
     await ensureOutboxSchema(ds, { tablePrefix: P });
     for (let i = 0; i < N; i += 1000)
-      await store.append(
-        Array.from({ length: Math.min(1000, N - i) }, (_, j) => ({
-          id: randomUUID(),
-          type: HANDLER.types[0],
-          key: null,
-          payload: { orderId: randomUUID(), total: i + j, lines: [{ sku: 'A-1', qty: 1 }] },
-          headers: {},
-          occurredAt: new Date(),
-          availableAt: null,
-          handlers: [HANDLER.name],
-        })),
-      );
+      await store.append(orderEvents(HANDLER, i, Math.min(1000, N - i)));
     await ds.query(`ANALYZE ${P}deliveries`);
     await ds.query(`ANALYZE ${P}events`);
   };

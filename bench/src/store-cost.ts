@@ -10,7 +10,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { dropOutboxTables, emit, envInt, openDataSource, runMain, TABLE_PREFIX } from './common';
+import {
+  dropOutboxTables,
+  emit,
+  envInt,
+  openDataSource,
+  orderEvents,
+  runMain,
+  TABLE_PREFIX,
+} from './common';
 import { stores } from './lib';
 
 const N = envInt('BENCH_STORE_COST_N', 20_000);
@@ -33,18 +41,7 @@ runMain(async () => {
     });
     await store.init();
     for (let i = 0; i < N; i += 500) {
-      await store.append(
-        Array.from({ length: Math.min(500, N - i) }, (_, j) => ({
-          id: randomUUID(),
-          type: HANDLER.types[0],
-          key: null,
-          payload: { orderId: randomUUID(), total: i + j, lines: [{ sku: 'A-1', qty: 1 }] },
-          headers: {},
-          occurredAt: new Date(),
-          availableAt: null,
-          handlers: [HANDLER.name],
-        })),
-      );
+      await store.append(orderEvents(HANDLER, i, Math.min(500, N - i)));
     }
     // Count what reaches the driver from here on (the dialect's one way to the database).
     const dialect = (store as any).ctx.dialect;

@@ -9,9 +9,7 @@
  *   BENCH_PGDATABASE=<db> BENCH_PAIR=.lib-base/lib,lib node -r ../node_modules/ts-node/register/transpile-only src/store-pair.ts
  */
 import { resolve } from 'node:path';
-import { randomUUID } from 'node:crypto';
-import { DataSource } from 'typeorm';
-import { dropOutboxTables, envInt, PG } from './common';
+import { dropOutboxTables, envInt, openDataSource, orderEvents } from './common';
 
 const N = envInt('BENCH_PAIR_N', 20_000);
 const LIMIT = envInt('BENCH_PAIR_LIMIT', 100);
@@ -19,15 +17,7 @@ const BLOCK = envInt('BENCH_PAIR_BLOCK', 20);
 const builds = (process.env.BENCH_PAIR ?? '.lib-base/lib,lib').split(',');
 
 async function main(): Promise<void> {
-  const ds = new DataSource({
-    type: 'postgres',
-    host: PG.host,
-    port: PG.port,
-    username: PG.user,
-    database: PG.database,
-    extra: { max: 10 },
-  });
-  await ds.initialize();
+  const ds = await openDataSource('postgres');
   const stores = builds.map((b, i) => {
     const root = b === 'lib' ? resolve(__dirname, '../../lib') : resolve(__dirname, '..', b);
     const { TypeOrmOutboxStore } = require(`${root}/stores/typeorm/typeorm-outbox.store`);
@@ -38,18 +28,7 @@ async function main(): Promise<void> {
     for (const s of stores) {
       await s.init();
       for (let i = 0; i < N; i += 500) {
-        await s.append(
-          Array.from({ length: Math.min(500, N - i) }, (_, j) => ({
-            id: randomUUID(),
-            headers: {},
-            occurredAt: new Date(),
-            availableAt: null,
-            type: 'order.created',
-            key: null,
-            payload: { orderId: randomUUID(), total: i + j, lines: [{ sku: 'A-1', qty: 1 }] },
-            handlers: ['pair-handler'],
-          })),
-        );
+        await s.append(orderEvents(handlers[0], i, Math.min(500, N - i)));
       }
     }
     for (const s of stores)
