@@ -451,11 +451,13 @@ describe('batch handlers at the edges (memory store)', () => {
 
   it('the late result of a timed-out batch is ignored: each event acked once, by its retry', async () => {
     const calls: number[][] = [];
+    const retried: number[] = [];
     @Injectable()
     class H {
       @OutboxHandler('q3.metric', { name: 'q3', batch: { max: 10 }, timeoutMs: 100 })
       async write(events: OutboxEvent<N>[], ctx: OutboxBatchContext) {
         calls.push(ctx.deliveries.map((d) => d.attempt));
+        if (calls.length > 1) retried.push(...events.map((e) => e.payload.n));
         if (calls.length === 1) await new Promise((r) => setTimeout(r, 250));
       }
     }
@@ -471,6 +473,7 @@ describe('batch handlers at the edges (memory store)', () => {
     // batches (docs/handlers.md: retried events come back in later batches), never a third time.
     expect(calls[0]).toEqual([1, 1, 1]);
     expect(calls.slice(1).flat()).toEqual([2, 2, 2]);
+    expect(retried.sort()).toEqual([0, 1, 2]);
     expect(t.dispatcher.stats()).toMatchObject({
       succeeded: 3,
       retried: 3,

@@ -112,10 +112,10 @@ export interface ContractKit {
   ): Promise<{ event: AppendableEvent; deliveryId: string }>;
 }
 
-/** Registers the per-test store (before and after each test) and returns the shared helpers. */
 /** The lease of a claim that no test expects to expire. */
 const HELD_MS = 60_000;
 
+/** Registers the per-test store (before and after each test) and returns the shared helpers. */
 export function contractKit(
   factory: () => Promise<OutboxStoreContractContext>,
   options: OutboxStoreContractOptions,

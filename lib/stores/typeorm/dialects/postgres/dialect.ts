@@ -254,9 +254,10 @@ SELECT id, seq, ${this.timeOut(raw('available_at'))} AS available_at FROM ev`);
    * The rows are reached through the primary key (`id = ANY`), the only index this statement can
    * use (the status test is written so no partial index on status matches it). Each row is then
    * checked against the lease at its id's position, found by binary search (`width_bucket`: the
-   * caller gives the ids in order, see `AckOp`) and confirmed to hold the row's id, so a position
-   * off (ids out of order) never pairs a row with another delivery's lease of the same claim
-   * (fences do not name the id). A row that fails that check is checked against every lease
+   * caller gives the ids in order, see `AckOp`: sorted as text, which is uuid order for the
+   * store's own lowercase ids; ids in mixed case stay correct through the scan below) and
+   * confirmed to hold the row's id, so a position off (ids out of order) never pairs a row with
+   * another delivery's lease of the same claim (fences do not name the id). A row that fails that check is checked against every lease
    * given for its id (`array_positions`, a scan): a stale lease given before the live one, ids out
    * of order, or a lease lost. No join for the planner to choose: the semi-join on (id, fence)
    * this replaced ran as a hash join in a drain's statistics but as a nested loop comparing each
