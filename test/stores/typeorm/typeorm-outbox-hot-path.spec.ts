@@ -6,10 +6,10 @@ import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interf
 import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
 import {
-  openDataSource,
+  openUnpreparedPgStore,
+  PlanNode,
+  planNodes,
   SERVICE_OF,
-  storeFor,
-  uniquePrefix,
   watchStatements,
 } from './typeorm-test-helpers';
 
@@ -17,35 +17,17 @@ const A: HandlerSubscription = { name: 'A.handle', types: ['hot.event'] };
 const HISTORY = 100_000;
 const OPEN = 20;
 
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Actual Rows'?: number;
-  'Actual Loops'?: number;
-  'Rows Removed by Filter'?: number;
-  Plans?: PlanNode[];
-}
-
-function nodes(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(nodes)];
-}
-
 describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
+  let pg: Awaited<ReturnType<typeof openUnpreparedPgStore>>;
   let ds: DataSource;
-  let h: Awaited<ReturnType<typeof storeFor>>;
+  let h: typeof pg.h;
   let store: TypeOrmOutboxStore;
 
   beforeAll(async () => {
-    ds = await openDataSource('postgres');
-    h = await storeFor(ds, uniquePrefix('hot'));
-    // Statements through TypeORM's query runner, so the test can record and EXPLAIN them (the
-    // prepared path runs the same text).
-    store = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix, preparedStatements: false });
+    pg = await openUnpreparedPgStore('hot');
+    ({ ds, h, store } = pg);
   }, 60_000);
-  afterAll(async () => {
-    await h?.drop();
-    await ds?.destroy();
-  });
+  afterAll(async () => pg?.close());
 
   it(`the claim visits open deliveries only, with ${HISTORY.toLocaleString()} delivered and dead events retained (after ANALYZE)`, async () => {
     const { events: E, deliveries: D, deadLetters: DL } = h.tables;
@@ -101,7 +83,7 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
       await runner.rollbackTransaction();
       await runner.release();
     }
-    const all = nodes(plan);
+    const all = planNodes(plan);
     const visited = (table: string) =>
       all
         .filter((n) => n['Relation Name'] === table)
@@ -184,7 +166,7 @@ describeWithService(SERVICE_OF.postgres, 'typeorm hot path', () => {
       await runner.release();
     }
     const table = D.text.replace(/"/g, '').split('.').pop()!;
-    const all = nodes(plan) as Array<PlanNode & { 'Index Name'?: string }>;
+    const all = planNodes(plan) as Array<PlanNode & { 'Index Name'?: string }>;
     // Only the primary key is used, no other index and no sequential scan of the deliveries.
     expect([...new Set(all.map((n) => n['Index Name']).filter(Boolean))]).toEqual([
       `${table}_pkey`,

@@ -1,59 +1,31 @@
-import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from '@jest/globals';
 import { DataSource } from 'typeorm';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
 import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
 import {
-  openDataSource,
+  genericClaimPlan,
+  openUnpreparedPgStore,
+  PlanNode,
   SERVICE_OF,
-  storeFor,
-  uniquePrefix,
-  watchStatements,
+  testEvent as event,
 } from './typeorm-test-helpers';
 
 /** Open deliveries of a handler the claiming worker does not have (another service's). */
 const OTHER_OPEN = 20_000;
 
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  Alias?: string;
-  'Index Name'?: string;
-  'Shared Hit Blocks'?: number;
-  'Shared Read Blocks'?: number;
-  'Actual Rows'?: number;
-  Plans?: PlanNode[];
-}
-
-function nodes(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(nodes)];
-}
-
-const event = (type: string, key: string | null, handlers: string[], i: number) => ({
-  id: randomUUID(),
-  type,
-  key,
-  payload: { i },
-  headers: {},
-  occurredAt: new Date(),
-  availableAt: null,
-  handlers,
-});
-
 // bench/RESULTS.md run 19: the claim is a prepared statement; its generic plan once walked the
 // unique (event_seq, handler) index with the worker's handler as a filter, reading every other
 // handler's open deliveries on each claim of a worker whose own handlers had none.
 describeWithService(SERVICE_OF.postgres, 'typeorm claim of an idle worker (PostgreSQL)', () => {
+  let pg: Awaited<ReturnType<typeof openUnpreparedPgStore>>;
   let ds: DataSource;
-  let h: Awaited<ReturnType<typeof storeFor>>;
+  let h: typeof pg.h;
   let store: TypeOrmOutboxStore;
 
   beforeAll(async () => {
-    ds = await openDataSource('postgres');
-    h = await storeFor(ds, uniquePrefix('idle'));
-    // Unprepared, so the test sees the statement's text (the prepared path sends the same text).
-    store = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix, preparedStatements: false });
+    pg = await openUnpreparedPgStore('idle');
+    ({ ds, h, store } = pg);
     for (let i = 0; i < OTHER_OPEN; i += 1000) {
       await store.append(
         Array.from({ length: 1000 }, (_, j) =>
@@ -63,41 +35,13 @@ describeWithService(SERVICE_OF.postgres, 'typeorm claim of an idle worker (Postg
     }
     await ds.query(`VACUUM ANALYZE ${h.tables.deliveries.text}`);
   }, 120_000);
-  afterAll(async () => {
-    await h?.drop();
-    await ds?.destroy();
-  });
+  afterAll(async () => pg?.close());
 
   /** The claim statement `handlers` send, EXPLAINed as the server's generic plan of it. */
   async function claimPlan(handlers: HandlerSubscription[]): Promise<PlanNode[]> {
-    const sent: Array<{ text: string; params: unknown[] }> = [];
-    const claimed = await watchStatements(
-      ds,
-      (text, params) => {
-        if (/lease_token = /.test(text) && /SKIP LOCKED/.test(text)) sent.push({ text, params });
-      },
-      () => store.claim({ workerId: 'w', handlers, limit: 100, leaseMs: 60_000 }),
-    );
+    const { claimed, plan } = await genericClaimPlan(ds, store, handlers, 100, { buffers: true });
     expect(claimed).toEqual([]);
-    expect(sent).toHaveLength(1);
-    const literal = (v: unknown) =>
-      typeof v === 'number' ? String(v) : `'${String(v).replace(/'/g, "''")}'`;
-    const runner = ds.createQueryRunner();
-    try {
-      await runner.startTransaction();
-      // The plan the server may settle on after five executions (PostgreSQL 15 has no
-      // EXPLAIN (GENERIC_PLAN)): parameters unknown to the planner.
-      await runner.query(`SET LOCAL plan_cache_mode = force_generic_plan`);
-      await runner.query(`PREPARE idle_claim AS ${sent[0].text}`);
-      const [row] = await runner.query(
-        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE idle_claim(${sent[0].params.map(literal).join(', ')})`,
-      );
-      return nodes((row['QUERY PLAN'] as Array<{ Plan: PlanNode }>)[0].Plan);
-    } finally {
-      await runner.rollbackTransaction();
-      await runner.query('DEALLOCATE ALL');
-      await runner.release();
-    }
+    return plan;
   }
 
   /** Blocks the candidate scan (alias `c` on the deliveries) read. */

@@ -1,40 +1,16 @@
-import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import { DataSource } from 'typeorm';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
 import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
 import {
+  genericClaimPlan,
   openDataSource,
+  openUnpreparedPgStore,
+  PlanNode,
   SERVICE_OF,
-  storeFor,
-  uniquePrefix,
-  watchStatements,
+  testEvent as event,
 } from './typeorm-test-helpers';
-
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  Alias?: string;
-  'Actual Loops'?: number;
-  'Actual Rows'?: number;
-  Plans?: PlanNode[];
-}
-
-function nodes(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(nodes)];
-}
-
-const event = (type: string, key: string | null, handlers: string[], i: number) => ({
-  id: randomUUID(),
-  type,
-  key,
-  payload: { i },
-  headers: {},
-  occurredAt: new Date(),
-  availableAt: null,
-  handlers,
-});
 
 const A: HandlerSubscription = { name: 'Keys.a', types: ['keys.event'] };
 const B: HandlerSubscription = { name: 'Keys.b', types: ['keys.event'] };
@@ -60,20 +36,16 @@ async function appendKeyed(
 // these tests hold it to that, and check the order per key on the path past the bound (with one
 // handler and with several, whose heads differ).
 describeWithService(SERVICE_OF.postgres, 'typeorm claim of busy key heads (PostgreSQL)', () => {
+  let pg: Awaited<ReturnType<typeof openUnpreparedPgStore>>;
   let ds: DataSource;
-  let h: Awaited<ReturnType<typeof storeFor>>;
+  let h: typeof pg.h;
   let store: TypeOrmOutboxStore;
 
   beforeAll(async () => {
-    ds = await openDataSource('postgres');
-    h = await storeFor(ds, uniquePrefix('keyheads'));
-    // Unprepared, so the test sees the statement's text (the prepared path sends the same text).
-    store = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix, preparedStatements: false });
+    pg = await openUnpreparedPgStore('keyheads');
+    ({ ds, h, store } = pg);
   }, 60_000);
-  afterAll(async () => {
-    await h?.drop();
-    await ds?.destroy();
-  });
+  afterAll(async () => pg?.close());
   beforeEach(async () => h.empty());
 
   const D = () => h.tables.deliveries.text;
@@ -101,31 +73,7 @@ describeWithService(SERVICE_OF.postgres, 'typeorm claim of busy key heads (Postg
    * take the first `limit`), EXPLAINed as the server's generic plan of it, rolled back.
    */
   async function claimPlan(handlers: HandlerSubscription[], limit: number): Promise<PlanNode[]> {
-    const sent: Array<{ text: string; params: unknown[] }> = [];
-    await watchStatements(
-      ds,
-      (text, params) => {
-        if (/lease_token = /.test(text) && /SKIP LOCKED/.test(text)) sent.push({ text, params });
-      },
-      () => store.claim({ workerId: 'w', handlers, limit, leaseMs: 60_000 }),
-    );
-    expect(sent).toHaveLength(1);
-    const literal = (v: unknown) =>
-      typeof v === 'number' ? String(v) : `'${String(v).replace(/'/g, "''")}'`;
-    const runner = ds.createQueryRunner();
-    try {
-      await runner.startTransaction();
-      await runner.query(`SET LOCAL plan_cache_mode = force_generic_plan`);
-      await runner.query(`PREPARE key_heads_claim AS ${sent[0].text}`);
-      const [row] = await runner.query(
-        `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE key_heads_claim(${sent[0].params.map(literal).join(', ')})`,
-      );
-      return nodes((row['QUERY PLAN'] as Array<{ Plan: PlanNode }>)[0].Plan);
-    } finally {
-      await runner.rollbackTransaction();
-      await runner.query('DEALLOCATE ALL');
-      await runner.release();
-    }
+    return (await genericClaimPlan(ds, store, handlers, limit)).plan;
   }
 
   /** How many times the claim probed the key index for an older open delivery (alias `p`). */

@@ -4,13 +4,7 @@ import { DataSource } from 'typeorm';
 import { HandlerSubscription } from '../../../lib/interfaces/outbox-store.interface';
 import { TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { describeWithService } from '../../support/services';
-import {
-  openDataSource,
-  SERVICE_OF,
-  storeFor,
-  uniquePrefix,
-  watchStatements,
-} from './typeorm-test-helpers';
+import { openUnpreparedPgStore, SERVICE_OF, watchStatements } from './typeorm-test-helpers';
 
 const A: HandlerSubscription = { name: 'A.handle', types: ['race.event'] };
 const COUNT = 1_100; // more than one replay batch (1,000)
@@ -22,19 +16,16 @@ const COUNT = 1_100; // more than one replay batch (1,000)
  * only when the timing falls that way; here the worker always gets there first).
  */
 describeWithService(SERVICE_OF.postgres, 'typeorm replay by filter', () => {
+  let pg: Awaited<ReturnType<typeof openUnpreparedPgStore>>;
   let ds: DataSource;
-  let h: Awaited<ReturnType<typeof storeFor>>;
+  let h: typeof pg.h;
   let store: TypeOrmOutboxStore;
 
   beforeAll(async () => {
-    ds = await openDataSource('postgres');
-    h = await storeFor(ds, uniquePrefix('rrace'));
-    store = new TypeOrmOutboxStore(ds, { tablePrefix: h.tables.prefix, preparedStatements: false });
+    pg = await openUnpreparedPgStore('rrace');
+    ({ ds, h, store } = pg);
   }, 60_000);
-  afterAll(async () => {
-    await h?.drop();
-    await ds?.destroy();
-  });
+  afterAll(async () => pg?.close());
 
   it('replays each dead letter once, while a worker dead-letters its first batch again', async () => {
     for (let i = 0; i < COUNT; i += 550) {

@@ -1,8 +1,12 @@
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { DataSource, DataSourceOptions, QueryRunner } from 'typeorm';
 import { ServiceName, SERVICES } from '../../support/services';
 import { ensureOutboxSchema, TypeOrmOutboxStore } from '../../../lib/stores/typeorm/internal';
 import { createDialect } from '../../../lib/stores/typeorm/dialects';
+import {
+  ClaimedDelivery,
+  HandlerSubscription,
+} from '../../../lib/interfaces/outbox-store.interface';
 
 export type TestDialect = 'postgres' | 'mariadb' | 'sqlite';
 
@@ -130,5 +134,101 @@ export async function watchStatements<T>(
     return await body();
   } finally {
     ds.createQueryRunner = create;
+  }
+}
+
+/**
+ * Fresh PostgreSQL tables and a store on them that sends unprepared statements, through TypeORM's
+ * query runner, so a test can record and EXPLAIN them (the prepared path sends the same text).
+ * `close` drops the tables and closes the DataSource.
+ */
+export async function openUnpreparedPgStore(tag: string) {
+  const ds = await openDataSource('postgres');
+  const h = await storeFor(ds, uniquePrefix(tag));
+  const store = new TypeOrmOutboxStore(ds, {
+    tablePrefix: h.tables.prefix,
+    preparedStatements: false,
+  });
+  return {
+    ds,
+    h,
+    store,
+    async close(): Promise<void> {
+      await h.drop();
+      await ds.destroy();
+    },
+  };
+}
+
+/** An event for `handlers`, its payload numbered `i`. */
+export function testEvent(type: string, key: string | null, handlers: string[], i: number) {
+  return {
+    id: randomUUID(),
+    type,
+    key,
+    payload: { i },
+    headers: {},
+    occurredAt: new Date(),
+    availableAt: null,
+    handlers,
+  };
+}
+
+/** A node of PostgreSQL's `EXPLAIN (FORMAT JSON)` plan, with the fields the tests read. */
+export interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  Alias?: string;
+  'Index Name'?: string;
+  'Shared Hit Blocks'?: number;
+  'Shared Read Blocks'?: number;
+  'Actual Rows'?: number;
+  'Actual Loops'?: number;
+  'Rows Removed by Filter'?: number;
+  Plans?: PlanNode[];
+}
+
+/** The plan's nodes, the root first. */
+export function planNodes(plan: PlanNode): PlanNode[] {
+  return [plan, ...(plan.Plans ?? []).flatMap(planNodes)];
+}
+
+/**
+ * The claim statement `handlers` send (sent for real: `claimed` is what it took), then EXPLAINed
+ * with ANALYZE as the server's generic plan of it — the plan the server may settle on after five
+ * executions (PostgreSQL 15 has no EXPLAIN (GENERIC_PLAN)): parameters unknown to the planner.
+ * Rolled back.
+ */
+export async function genericClaimPlan(
+  ds: DataSource,
+  store: TypeOrmOutboxStore,
+  handlers: HandlerSubscription[],
+  limit: number,
+  options: { buffers?: boolean } = {},
+): Promise<{ claimed: ClaimedDelivery[]; plan: PlanNode[] }> {
+  const sent: Array<{ text: string; params: unknown[] }> = [];
+  const claimed = await watchStatements(
+    ds,
+    (text, params) => {
+      if (/lease_token = /.test(text) && /SKIP LOCKED/.test(text)) sent.push({ text, params });
+    },
+    () => store.claim({ workerId: 'w', handlers, limit, leaseMs: 60_000 }),
+  );
+  if (sent.length !== 1) throw new Error(`expected one claim statement, saw ${sent.length}`);
+  const literal = (v: unknown) =>
+    typeof v === 'number' ? String(v) : `'${String(v).replace(/'/g, "''")}'`;
+  const runner = ds.createQueryRunner();
+  try {
+    await runner.startTransaction();
+    await runner.query(`SET LOCAL plan_cache_mode = force_generic_plan`);
+    await runner.query(`PREPARE generic_claim AS ${sent[0].text}`);
+    const [row] = await runner.query(
+      `EXPLAIN (ANALYZE, ${options.buffers ? 'BUFFERS, ' : ''}FORMAT JSON) EXECUTE generic_claim(${sent[0].params.map(literal).join(', ')})`,
+    );
+    return { claimed, plan: planNodes((row['QUERY PLAN'] as Array<{ Plan: PlanNode }>)[0].Plan) };
+  } finally {
+    await runner.rollbackTransaction();
+    await runner.query('DEALLOCATE ALL');
+    await runner.release();
   }
 }
