@@ -3,7 +3,7 @@ import { DuplicateEventError } from '../../errors/duplicate-event.error';
 import { LeaseLostError } from '../../errors/lease-lost.error';
 import { OutboxOptionsError } from '../../errors/outbox-options.error';
 import { OutboxValidationError } from '../../errors/outbox-validation.error';
-import { OutboxEvent, OutboxHeaders } from '../../interfaces/outbox-event.interface';
+import { OutboxEvent } from '../../interfaces/outbox-event.interface';
 import {
   AppendableEvent,
   ClaimedDelivery,
@@ -31,7 +31,6 @@ import {
   StoreCatalog,
   TypeStats,
 } from '../../interfaces/outbox-store.interface';
-import { OUTBOX_ERROR_HISTORY } from '../../outbox.constants';
 import {
   AppendListeners,
   eventContentText,
@@ -42,10 +41,11 @@ import {
 import { clientKeyPrefix, quitConnection, RedisClientLike, runScript } from './redis-client';
 import { RedisScriptName } from './redis-scripts';
 import { ackManyArgs, grouped } from './redis-acks';
+import { deadLetterFromRow, decodeClaim, errorArgs } from './redis-codec';
 import { CoalescedSignal } from '../wakeups';
 import { payloadTextOf } from '../payload-text';
 import { RedisWakeups, wakeupConnectionName } from './redis-wakeups';
-import { optArg, parseErrors, parseHeaders, RedisViews, Row } from './redis-views';
+import { optArg, parseErrors, RedisViews, Row } from './redis-views';
 
 export interface RedisOutboxStoreOptions {
   /** ioredis client (or Cluster). */
@@ -80,10 +80,6 @@ export interface RedisOutboxStoreOptions {
  * function, say) become `min`: Redis would refuse them as scores or make a lease never expire.
  */
 const msArg = (v: number, min: number) => (Number.isFinite(v) && v > min ? Math.round(v) : min);
-
-/** One filter argument: '-' absent, '+value' present (so an empty string is still a value). */
-/** Longest stack stored (the `errorStacks.maxLength` option's ceiling). */
-const MAX_STACK_LENGTH = 16_384;
 
 /** Leases per `ackMany` script call. */
 const ACK_MANY_CHUNK = 1000;
@@ -566,85 +562,4 @@ export class RedisOutboxStore implements OutboxStore {
   private quitting: Promise<void> | null = null;
 }
 
-/**
- * name, message and workerId go to Redis as JSON text (see the layout comment in redis-scripts).
- * JSON.stringify writes a lone UTF-16 surrogate (a message cut mid-pair) as a `\uXXXX` escape,
- * so every string survives the trip through UTF-8 and Lua and comes back exactly.
- */
 const byteLength = (text: string) => Buffer.byteLength(text, 'utf8');
-
-function errorArgs(error: DeliveryErrorInput): (string | number)[] {
-  const attempt = Number.isFinite(error.attempt) ? Math.floor(error.attempt) : 0;
-  return [
-    JSON.stringify(String(error.name ?? '')),
-    JSON.stringify(String(error.message ?? '')),
-    attempt,
-    JSON.stringify(String(error.workerId ?? '')),
-    OUTBOX_ERROR_HISTORY,
-    // '' for none; the JSON text of the string otherwise, as name and message.
-    typeof error.stack === 'string' ? JSON.stringify(error.stack.slice(0, MAX_STACK_LENGTH)) : '',
-  ];
-}
-
-/**
- * The claim script's reply: the lease deadline (an integer, or its text with ioredis'
- * `stringNumbers`), then one JSON text per chunk of deliveries, each a flat array of 10 values per
- * delivery: id, handler (its position in `names`), attempt, event id, type (its position in
- * `types`, or the text of a type the claim did not name), key or null, payload and headers (as
- * appended), occurredAt (ms, as the text stored at append), availableAt (ms). One JSON.parse per
- * chunk builds every value. A function of its own, not a loop in the async `claim` (measured: the
- * loop there cost more).
- */
-function decodeClaim(
-  reply: [number | string, ...string[]],
-  names: string[],
-  types: string[],
-  owner: string,
-  token: string,
-): ClaimedDelivery[] {
-  // One deadline for the whole claim; leases are replaced, never changed, so they share it.
-  const leaseUntil = new Date(Number(reply[0]));
-  const out: ClaimedDelivery[] = [];
-  for (let c = 1; c < reply.length; c++) {
-    const flat = JSON.parse(reply[c] as string) as unknown[];
-    for (let i = 0; i < flat.length; i += 10) {
-      const id = flat[i] as string;
-      const type = flat[i + 4];
-      out.push({
-        id,
-        handler: names[(flat[i + 1] as number) - 1],
-        attempt: flat[i + 2] as number,
-        event: {
-          id: flat[i + 3] as string,
-          type: typeof type === 'number' ? types[type - 1] : (type as string),
-          payload: flat[i + 6],
-          key: flat[i + 5] as string | null,
-          headers: flat[i + 7] as OutboxHeaders,
-          occurredAt: new Date(Number(flat[i + 8])),
-          availableAt: new Date(Number(flat[i + 9])),
-        },
-        // One token per claim, as the SQL stores do (see the claim script).
-        lease: { deliveryId: id, owner, token, leaseUntil },
-      });
-    }
-  }
-  return out;
-}
-
-function deadLetterFromRow(row: Row): DeadLetter {
-  const [id, eventId, handler, type, key, attempts, reason, er, deadAt, pl, hd, oa] = row;
-  return {
-    id: String(id),
-    eventId: String(eventId),
-    type: String(type),
-    key: key === null ? null : String(key),
-    handler: String(handler),
-    payload: JSON.parse(String(pl)),
-    headers: parseHeaders(hd),
-    occurredAt: new Date(Number(oa)),
-    attempts: Number(attempts),
-    reason: (reason ?? 'exhausted') as DeadLetterReason,
-    errors: parseErrors(er),
-    deadAt: new Date(Number(deadAt)),
-  };
-}
