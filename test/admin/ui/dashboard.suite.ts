@@ -1,4 +1,4 @@
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page, Route } from 'playwright-core';
 import { OutboxStoreOptions } from 'nestjs-outbox';
 import { AdminPlatform } from '../admin-app';
 import { describeWithBrowser, launchChromium, screenshot } from './browser';
@@ -84,11 +84,17 @@ export function describeDashboard(
       (await t.http.get(`/outbox/${path}`).set('x-api-key', API_KEY).expect(200)).body as T;
     const deadCount = async () => (await t.store.stats()).dead;
 
-    /** Runs `step` and waits until the page has finished the action it started. */
+    /**
+     * Runs `step` and waits until the page has finished the action it started and any live
+     * refresh running beside it (whichever ends first bumps data-settled; data-acting stays while
+     * either runs).
+     */
     async function settle(step: () => Promise<unknown>): Promise<void> {
       const before = (await page.locator('body').getAttribute('data-settled')) ?? '';
       await step();
-      await page.locator(`body[data-settled]:not([data-settled="${before}"])`).waitFor();
+      await page
+        .locator(`body[data-settled]:not([data-settled="${before}"]):not([data-acting])`)
+        .waitFor();
     }
 
     async function open(hash: string): Promise<void> {
@@ -438,6 +444,42 @@ export function describeDashboard(
         .locator('#filter-summary')
         .filter({ hasText: `${before + 2} dead letters match` })
         .waitFor();
+    });
+
+    it('draws a filter over a live refresh of the old filter that answers after it', async () => {
+      await listAfterFilter({});
+      await page.locator('#live-every').selectOption('2');
+      const expected = (
+        await api<{ items: { id: string }[] }>('dead-letters?type=user.created')
+      ).items.map((item) => item.id);
+      expect(expected.length).toBeGreaterThan(0);
+      // The next live refresh of the unfiltered list is held until the filter's list is drawn.
+      const held: Route[] = [];
+      let refreshing: () => void = () => undefined;
+      const refreshStarted = new Promise<void>((resolve) => (refreshing = resolve));
+      const unfiltered = (url: URL) =>
+        url.pathname.endsWith('/outbox/dead-letters') && !url.searchParams.has('type');
+      await page.route(unfiltered, (route) => {
+        held.push(route);
+        refreshing();
+      });
+      try {
+        await refreshStarted;
+        await page.locator('#filter [name=type]').selectOption('user.created');
+        await page.locator('#filter button[type=submit]').click();
+        for (let waited = 0; (await rowIds()).join() !== expected.join(); waited += 50) {
+          expect(waited).toBeLessThan(10_000);
+          await page.waitForTimeout(50);
+        }
+        for (const route of held) await route.continue();
+      } finally {
+        await page.unroute(unfiltered);
+      }
+      await page.locator('body[data-settled]:not([data-acting])').waitFor();
+      // The old filter's answer came last and drew nothing.
+      expect(await rowIds()).toEqual(expected);
+      expect(await page.locator('#filter [name=type]').inputValue()).toBe('user.created');
+      await page.locator('#live-every').selectOption('5');
     });
 
     it('renders markup from payload, key, headers and errors as text', async () => {

@@ -197,10 +197,12 @@
   let acting = 0;
   /**
    * Runs an action, showing its error instead of throwing. `data-settled` on <body> counts the
-   * actions finished, so a script (or a test) driving the page knows when one is done.
+   * actions finished and `data-acting` is there while one runs, so a script (or a test) driving
+   * the page knows when every action it started, and any live refresh beside it, is done.
    */
   async function guarded(action) {
     acting += 1;
+    document.body.dataset.acting = '';
     try {
       clearError();
       await action();
@@ -208,9 +210,22 @@
       showError(error);
     } finally {
       acting -= 1;
+      if (acting === 0) delete document.body.dataset.acting;
       settled += 1;
       document.body.dataset.settled = String(settled);
     }
+  }
+
+  const latestLoads = {};
+  /**
+   * Starts a load of `view` and answers whether it is still the latest one. A load that answers
+   * after a newer one started (a live refresh overtaken by a filter or page change) draws nothing,
+   * so the page never shows an older filter's rows under a newer filter.
+   */
+  function startLoad(view) {
+    const ticket = (latestLoads[view] || 0) + 1;
+    latestLoads[view] = ticket;
+    return () => latestLoads[view] === ticket;
   }
 
   // ---------------------------------------------------------------- formatting
@@ -464,11 +479,13 @@
   // ---------------------------------------------------------------- overview
 
   async function loadOverview() {
+    const latest = startLoad('overview');
     const [stats, summary, throughput] = await Promise.all([
       call('GET', 'stats'),
       call('GET', 'dead-letters/summary'),
       call('GET', 'throughput'),
     ]);
+    if (!latest()) return;
     setText('stat-pending', stats.pending);
     setText('stat-due', stats.due);
     setText('stat-leased', stats.leased);
@@ -738,7 +755,9 @@
     query.set('state', deliveries.state);
     const cursor = deliveries.cursors[deliveries.page];
     if (cursor) query.set('cursor', cursor);
+    const latest = startLoad('deliveries');
     const data = await call('GET', 'deliveries', { query });
+    if (!latest()) return;
     deliveries.items = data.items || [];
     deliveries.nextCursor = data.nextCursor;
     const body = $('deliveries').tBodies[0];
@@ -786,10 +805,12 @@
     const cursor = list.cursors[list.page];
     const page = new URLSearchParams(query);
     if (cursor) page.set('cursor', cursor);
+    const latest = startLoad('list');
     const [data, summary] = await Promise.all([
       call('GET', 'dead-letters', { query: page }),
       call('GET', 'dead-letters/summary', { query }),
     ]);
+    if (!latest()) return;
     list.items = data.items;
     list.nextCursor = data.nextCursor;
     list.total = summary.total;
@@ -997,7 +1018,9 @@
     $('detail-purge').disabled = true;
     $('detail-body').hidden = true;
     $('detail-back').href = listHash(list.filter || {});
+    const latest = startLoad('detail');
     const item = await call('GET', 'dead-letters/' + encodeURIComponent(id));
+    if (!latest()) return;
     current = item;
     const fields = [
       ['Id', item.id],
@@ -1088,7 +1111,9 @@
       $('event-body').hidden = true;
       $('follow').hidden = true;
     }
+    const latest = startLoad('event');
     const data = await call('GET', 'events/' + encodeURIComponent(id));
+    if (!latest()) return;
     renderEvent(data);
     if (follow && !refresh) void followReplay(id, follow, routeToken);
   }
@@ -1267,7 +1292,9 @@
     $('search-q').value = q;
     const body = $('search-results').tBodies[0];
     clear(body);
+    const latest = startLoad('search');
     const data = q ? await call('GET', 'events', { query: new URLSearchParams({ key: q }) }) : [];
+    if (!latest()) return;
     const items = Array.isArray(data) ? data : (data && (data.items || data.events)) || [];
     for (const event of items) {
       const row = el(
