@@ -18,6 +18,8 @@ import { AdminStoreHarness } from './admin-api.suite';
  */
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 150);
+/** A property sends RUNS requests and checks the store after each: over 30 s on a loaded two-core machine. */
+const FUZZ_TIMEOUT_MS = 150_000;
 const SEED = Number(process.env.FUZZ_SEED ?? 20261201);
 const FILTER_FIELDS = ['type', 'handler', 'key', 'failedBefore', 'failedAfter'] as const;
 const LEAK = /"stack"|\n\s+at |SELECT |INSERT INTO|UPDATE |DELETE FROM|QueryFailedError/;
@@ -444,104 +446,124 @@ export function describeAdminFuzz(harness: AdminStoreHarness, runs = RUNS): void
   });
 
   // PostgreSQL refused a NUL with an error (a 500); the stores mangle lone surrogates into U+FFFD.
-  it('answers a NUL or a lone surrogate in any filter field with 400 naming it', async () => {
-    const before = await state(t);
-    for (const field of ['type', 'handler', 'key'] as const) {
-      for (const [query, body] of [
-        ['a%00', '"a\\u0000"'],
-        ['%00', '"\\ud800b"'],
-      ]) {
-        for (const route of ['dead-letters', 'dead-letters/summary']) {
-          const res = await t.http
-            .get(`/outbox/${route}?${field}=${query}`)
-            .set('x-api-key', API_KEY);
-          expect({ route, status: res.status, message: res.body.message }).toEqual({
-            route,
-            status: 400,
-            message: [expect.stringContaining(`${field} must not contain a NUL`)],
-          });
-        }
-        for (const route of ['replay', 'purge']) {
-          const res = await t.http
-            .post(`/outbox/dead-letters/${route}`)
-            .set('x-api-key', API_KEY)
-            .set('Content-Type', 'application/json')
-            .send(`{"filter": {"${field}": ${body}}, "all": true}`);
-          expect({ route, status: res.status, message: res.body.message }).toEqual({
-            route,
-            status: 400,
-            message: [expect.stringContaining(`filter.${field} must not contain`)],
-          });
+  it(
+    'answers a NUL or a lone surrogate in any filter field with 400 naming it',
+    async () => {
+      const before = await state(t);
+      for (const field of ['type', 'handler', 'key'] as const) {
+        for (const [query, body] of [
+          ['a%00', '"a\\u0000"'],
+          ['%00', '"\\ud800b"'],
+        ]) {
+          for (const route of ['dead-letters', 'dead-letters/summary']) {
+            const res = await t.http
+              .get(`/outbox/${route}?${field}=${query}`)
+              .set('x-api-key', API_KEY);
+            expect({ route, status: res.status, message: res.body.message }).toEqual({
+              route,
+              status: 400,
+              message: [expect.stringContaining(`${field} must not contain a NUL`)],
+            });
+          }
+          for (const route of ['replay', 'purge']) {
+            const res = await t.http
+              .post(`/outbox/dead-letters/${route}`)
+              .set('x-api-key', API_KEY)
+              .set('Content-Type', 'application/json')
+              .send(`{"filter": {"${field}": ${body}}, "all": true}`);
+            expect({ route, status: res.status, message: res.body.message }).toEqual({
+              route,
+              status: 400,
+              message: [expect.stringContaining(`filter.${field} must not contain`)],
+            });
+          }
         }
       }
-    }
-    expect(await state(t)).toEqual(before);
-  });
+      expect(await state(t)).toEqual(before);
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 
-  it('GET dead-letters: random query strings and cursors', async () => {
-    const fields = [...FILTER_FIELDS, 'limit', 'cursor'];
-    await fc.assert(
-      fc.asyncProperty(
-        queryArb(() => known, fields),
-        headersArb,
-        (query, headers) => check(false, 'get', `/outbox/dead-letters?${query}`, headers),
-      ),
-      params(1),
-    );
-    expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 403]));
-  });
+  it(
+    'GET dead-letters: random query strings and cursors',
+    async () => {
+      const fields = [...FILTER_FIELDS, 'limit', 'cursor'];
+      await fc.assert(
+        fc.asyncProperty(
+          queryArb(() => known, fields),
+          headersArb,
+          (query, headers) => check(false, 'get', `/outbox/dead-letters?${query}`, headers),
+        ),
+        params(1),
+      );
+      expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 403]));
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 
-  it('GET dead-letters/summary: random query strings', async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        queryArb(() => known, FILTER_FIELDS),
-        headersArb,
-        (query, headers) => check(false, 'get', `/outbox/dead-letters/summary?${query}`, headers),
-      ),
-      params(2),
-    );
-    expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 403]));
-  });
+  it(
+    'GET dead-letters/summary: random query strings',
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          queryArb(() => known, FILTER_FIELDS),
+          headersArb,
+          (query, headers) => check(false, 'get', `/outbox/dead-letters/summary?${query}`, headers),
+        ),
+        params(2),
+      );
+      expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 403]));
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 
   it.each([
     ['replay', 3],
     ['purge', 4],
-  ])('POST dead-letters/%s: random bodies and headers', async (route, offset) => {
-    await fc.assert(
-      fc.asyncProperty(
-        payloadArb(() => known, route === 'replay'),
-        headersArb,
-        (payload, headers) =>
-          check(true, 'post', `/outbox/dead-letters/${route}`, headers, payload),
-      ),
-      params(offset),
-    );
-    expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 403, 415]));
-  });
+  ])(
+    'POST dead-letters/%s: random bodies and headers',
+    async (route, offset) => {
+      await fc.assert(
+        fc.asyncProperty(
+          payloadArb(() => known, route === 'replay'),
+          headersArb,
+          (payload, headers) =>
+            check(true, 'post', `/outbox/dead-letters/${route}`, headers, payload),
+        ),
+        params(offset),
+      );
+      expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 403, 415]));
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 
-  it('routes by id, and stats: random ids, bodies and headers', async () => {
-    const route = fc.oneof(
-      fc.constant((id: string) => ['get', `/outbox/dead-letters/${id}`] as const),
-      fc.constant((id: string) => ['post', `/outbox/dead-letters/${id}/replay`] as const),
-      fc.constant((id: string) => ['delete', `/outbox/dead-letters/${id}`] as const),
-      fc.constant(() => ['get', '/outbox/stats'] as const),
-    );
-    const id = idArb(() => known).map((v) =>
-      pct(typeof v === 'string' ? v : (JSON.stringify(v) ?? '')),
-    );
-    await fc.assert(
-      fc.asyncProperty(
-        route,
-        id,
-        payloadArb(() => known),
-        headersArb,
-        (at, i, payload, headers) => {
-          const [method, path] = at(i);
-          return check(false, method, path, headers, method === 'post' ? payload : undefined);
-        },
-      ),
-      params(5),
-    );
-    expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 403, 404]));
-  });
+  it(
+    'routes by id, and stats: random ids, bodies and headers',
+    async () => {
+      const route = fc.oneof(
+        fc.constant((id: string) => ['get', `/outbox/dead-letters/${id}`] as const),
+        fc.constant((id: string) => ['post', `/outbox/dead-letters/${id}/replay`] as const),
+        fc.constant((id: string) => ['delete', `/outbox/dead-letters/${id}`] as const),
+        fc.constant(() => ['get', '/outbox/stats'] as const),
+      );
+      const id = idArb(() => known).map((v) =>
+        pct(typeof v === 'string' ? v : (JSON.stringify(v) ?? '')),
+      );
+      await fc.assert(
+        fc.asyncProperty(
+          route,
+          id,
+          payloadArb(() => known),
+          headersArb,
+          (at, i, payload, headers) => {
+            const [method, path] = at(i);
+            return check(false, method, path, headers, method === 'post' ? payload : undefined);
+          },
+        ),
+        params(5),
+      );
+      expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 403, 404]));
+    },
+    FUZZ_TIMEOUT_MS,
+  );
 }

@@ -24,7 +24,8 @@ export interface OutboxStoreContractOptions {
    * Lease length of the tests that wait for a lease to expire; keep it short for real-clock
    * stores. Every other claim of the suite takes a 60 s lease, so a slow machine (a claim and
    * the outcome that follows it more than `leaseMs` apart) does not fail a test about something
-   * else. @default 400
+   * else. The tests that check something is not due yet schedule it `leaseMs` ahead, at least
+   * 1 s on a real clock. @default 400
    */
   leaseMs?: number;
   /** Claimers racing in the concurrency test. @default 8 */
@@ -87,6 +88,18 @@ export interface ContractKit {
   readonly leaseMs: number;
   /** Lets store time pass: the context's clock, or a real sleep. */
   advance(ms: number): Promise<unknown>;
+  /**
+   * How far ahead the "not due yet" tests schedule: `leaseMs` on the context's clock, at least
+   * 1 s on a real one.
+   */
+  readonly aheadMs: number;
+  /**
+   * Runs `check`, which asserts that what was scheduled `aheadMs` after `since` (a
+   * `performance.now()` read before the scheduling call) is not due yet. On a real clock, when
+   * half of `aheadMs` has passed before the check starts (a loaded machine), the due time could
+   * pass while it runs: the check is left out rather than failed by the load.
+   */
+  notYet(since: number, check: () => Promise<void>): Promise<void>;
   /** Handler A takes `t.one` and `t.two`; B takes `t.one`. */
   readonly A: HandlerSubscription;
   readonly B: HandlerSubscription;
@@ -141,6 +154,13 @@ export function contractKit(
     options,
     leaseMs,
     advance: (ms) => (kit.ctx.advance ? kit.ctx.advance(ms) : sleep(ms)),
+    get aheadMs() {
+      return kit.ctx.advance ? leaseMs : Math.max(leaseMs, 1_000);
+    },
+    async notYet(since, check) {
+      if (!kit.ctx.advance && performance.now() - since >= kit.aheadMs / 2) return;
+      await check();
+    },
     A,
     B,
     event: (overrides = {}) => ({
