@@ -20,6 +20,8 @@ export interface ScaleResult {
   /** The worker `pause` froze. */
   pausedWorker: number | null;
   stats: OutboxDispatcherStats[];
+  /** When the workers were sent 'go', on the clock of the runs' start and end. */
+  startedAt: number;
   /** From the workers' start signal to the last handler run reported. */
   drainMs: number;
   store: OutboxStore;
@@ -156,6 +158,7 @@ export async function runScale(options: {
       runs,
       pausedWorker,
       stats,
+      startedAt,
       drainMs,
       store: producer.get<OutboxStore>(OUTBOX_STORE),
       close: () => producer.close(),
