@@ -11,7 +11,7 @@ import {
   OUTBOX_STORE,
 } from 'nestjs-outbox';
 import { FixtureProcess, forkFixture } from '../support/child-process';
-import { Run, SCALE_TYPE, ScaleHandler, scaleStore } from './fixtures/scale-worker';
+import { hostNow, Run, SCALE_TYPE, ScaleHandler, scaleStore } from './fixtures/scale-worker';
 
 export type ScaleStoreKind = 'postgres' | 'redis';
 
@@ -130,7 +130,7 @@ export async function runScale(options: {
       );
     }
     await Promise.all(children.map((c) => c.next((m) => m === 'ready')));
-    const startedAt = performance.timeOrigin + performance.now();
+    const startedAt = hostNow();
     for (const child of children) child.send({ op: 'go' });
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([

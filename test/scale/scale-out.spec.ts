@@ -69,7 +69,10 @@ function scaleOut(kind: ScaleStoreKind): void {
     expect(perWorker.reduce((a, b) => a + b, 0)).toBe(EVENTS);
 
     // Per key, n counts 0, 1, 2, …; n+1 first starts after a run of n ended (the one acknowledged
-    // ended first: a stale run of a lost lease may end later).
+    // ended first: a stale run of a lost lease may end later). A run's end is taken before its
+    // handler returns, so before its ack is sent, and a start after the claim that leased it:
+    // on the one clock of the host (hostNow), the store's order (no claim of n+1 before n's ack)
+    // puts n's end before n+1's start, with no margin needed.
     const byKey = new Map<string, Run[]>();
     for (const runs of byId.values()) byKey.set(`${runs[0][1]}#${runs[0][2]}`, runs);
     const outOfOrder: string[] = [];
