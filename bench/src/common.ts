@@ -141,6 +141,16 @@ export function now(): number {
   return performance.now();
 }
 
+/**
+ * Milliseconds on the host's monotonic clock (`process.hrtime`), the same in every process of the
+ * machine: for times compared across processes. `performance.timeOrigin + performance.now()` is
+ * not: each process reads its wall-clock origin once at start, apart from performance.now()'s
+ * zero, and one preempted in between (a busy machine) reads late by that much, up to 140 ms here.
+ */
+export function hostNow(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
+}
+
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -17,7 +17,6 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { fork, ChildProcess } from 'node:child_process';
-import { performance } from 'node:perf_hooks';
 import type { DataSource } from 'typeorm';
 import {
   args,
@@ -25,6 +24,7 @@ import {
   dropOutboxTables,
   emit,
   envInt,
+  hostNow,
   openDataSource,
   REDIS_URL,
   runMain,
@@ -39,8 +39,6 @@ const TABLE_PREFIX = 'bench_sc_';
 const REDIS_PREFIX = 'bench-scale';
 
 type Kind = 'pg' | 'redis';
-
-const wallNow = () => performance.timeOrigin + performance.now();
 
 function storeOf(kind: Kind, dataSource: DataSource | null): OurStore {
   return kind === 'pg'
@@ -64,7 +62,7 @@ class ScaleHandler {
   async handle(): Promise<void> {
     if (ScaleHandler.io) await new Promise((resolve) => setTimeout(resolve, IO_MS));
     ScaleHandler.count++;
-    ScaleHandler.last = wallNow();
+    ScaleHandler.last = hostNow();
   }
 }
 
@@ -142,7 +140,7 @@ async function scale(kind: Kind, workers: number, io: boolean, variant: string, 
     );
   }
   await Promise.all(ready);
-  const go = wallNow();
+  const go = hostNow();
   for (const child of children) child.send({ op: 'go' });
   await done;
   const ms = Math.max(...lasts) - go;

@@ -6,8 +6,8 @@
  * NO handler for the type, so its events are unexpanded placeholders, the usual split). The
  * producer appends RATE events/s for SECONDS seconds (one event per append, on a fixed schedule),
  * then a burst of BURST events from 8 concurrent appenders. Latency = handler start in the worker
- * − the moment append() resolved in the producer (committed), both on the wall clock with
- * sub-millisecond resolution (performance.timeOrigin + performance.now(), same machine).
+ * − the moment append() resolved in the producer (committed), both on the host's monotonic clock
+ * (hostNow: process.hrtime, the same in both processes of the machine).
  * Not timed: process start, bootstrap, 5 warm-up events.
  *
  * append-<store>-<on|off>-<clients>: this process appends APPEND_N events, one per append (its own
@@ -29,6 +29,7 @@ import {
   dropOutboxTables,
   emit,
   envInt,
+  hostNow,
   openDataSource,
   quantile,
   REDIS_URL,
@@ -46,9 +47,6 @@ const SECONDS = envInt('BENCH_WAKE_SECONDS', 10);
 const BURST = envInt('BENCH_WAKE_BURST', 1_000);
 const APPEND_N = envInt('BENCH_WAKE_APPEND_N', 5_000);
 const WARMUP = 5;
-
-/** Wall-clock milliseconds with sub-millisecond resolution, comparable across processes. */
-const wallNow = () => performance.timeOrigin + performance.now();
 
 type Kind = 'pg' | 'redis';
 
@@ -94,7 +92,7 @@ async function producerMain(kind: Kind, wakeups: boolean): Promise<void> {
   const append = async (committed: [string, number][]) => {
     const id = randomUUID();
     await producer.outbox.append({ type: EVENT_TYPE, payload: { id } });
-    committed.push([id, wallNow()]);
+    committed.push([id, hostNow()]);
   };
   process.on('message', (command: RunCommand | { op: 'exit' }) => {
     if (command.op === 'exit') {
@@ -139,7 +137,7 @@ async function latency(kind: Kind, wakeups: boolean, variant: string, round: num
   const startedAt = new Map<string, number>();
   sink.onEvent = (event) => {
     const id = (event.payload as { id: string }).id;
-    if (!startedAt.has(id)) startedAt.set(id, wallNow());
+    if (!startedAt.has(id)) startedAt.set(id, hostNow());
   };
   const worker = await createOurApp(
     kind === 'pg'

@@ -11,7 +11,7 @@ import {
   OUTBOX_STORE,
 } from 'nestjs-outbox';
 import { FixtureProcess, forkFixture } from '../support/child-process';
-import { Run, SCALE_TYPE, ScaleHandler, scaleStore } from './fixtures/scale-worker';
+import { hostNow, Run, SCALE_TYPE, ScaleHandler, scaleStore } from './fixtures/scale-worker';
 
 export type ScaleStoreKind = 'postgres' | 'redis';
 
@@ -20,6 +20,8 @@ export interface ScaleResult {
   /** The worker `pause` froze. */
   pausedWorker: number | null;
   stats: OutboxDispatcherStats[];
+  /** When the workers were sent 'go', on the clock of the runs' start and end. */
+  startedAt: number;
   /** From the workers' start signal to the last handler run reported. */
   drainMs: number;
   store: OutboxStore;
@@ -28,8 +30,8 @@ export interface ScaleResult {
 /**
  * Starts `workers` worker processes, appends `events` (spread round-robin over `keys` keys, `n`
  * counting up within each key) from an API-style app while they boot, sends them 'go' together
- * once all are ready and waits until every event has run; then stops the workers (graceful
- * shutdown) and collects their counters.
+ * once all are ready and waits until every event has run and the store holds nothing pending or
+ * leased; then stops the workers (graceful shutdown) and collects their counters.
  */
 export async function runScale(options: {
   kind: ScaleStoreKind;
@@ -128,16 +130,29 @@ export async function runScale(options: {
       );
     }
     await Promise.all(children.map((c) => c.next((m) => m === 'ready')));
-    const startedAt = performance.timeOrigin + performance.now();
+    const startedAt = hostNow();
     for (const child of children) child.send({ op: 'go' });
     let timer: NodeJS.Timeout | undefined;
+    let timedOut = false;
+    const store = producer.get<OutboxStore>(OUTBOX_STORE);
+    // Every event ran once; but a run whose ack was refused (its lease ran out first: a frozen
+    // worker, or a busy machine) runs again later, so the workers stop only once the store holds
+    // nothing pending or leased.
+    const drained = async () => {
+      await done;
+      for (;;) {
+        const { pending, leased } = await store.stats();
+        if ((pending === 0 && leased === 0) || timedOut) return;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    };
     await Promise.race([
-      done,
+      drained(),
       new Promise<never>((_, fail) => {
-        timer = setTimeout(
-          () => fail(new Error(`${seen.size} of ${events} events ran in ${options.timeoutMs} ms`)),
-          options.timeoutMs,
-        );
+        timer = setTimeout(() => {
+          timedOut = true;
+          fail(new Error(`${seen.size} of ${events} events ran in ${options.timeoutMs} ms`));
+        }, options.timeoutMs);
       }),
     ]).finally(() => clearTimeout(timer));
     const drainMs = lastRunAt - startedAt;
@@ -156,8 +171,9 @@ export async function runScale(options: {
       runs,
       pausedWorker,
       stats,
+      startedAt,
       drainMs,
-      store: producer.get<OutboxStore>(OUTBOX_STORE),
+      store,
       close: () => producer.close(),
     };
   } catch (error) {

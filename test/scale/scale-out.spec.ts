@@ -69,21 +69,26 @@ function scaleOut(kind: ScaleStoreKind): void {
     expect(perWorker.reduce((a, b) => a + b, 0)).toBe(EVENTS);
 
     // Per key, n counts 0, 1, 2, …; n+1 first starts after a run of n ended (the one acknowledged
-    // ended first: a stale run of a lost lease may end later).
-    const firstStart = new Map<string, number>();
-    const firstEnd = new Map<string, number>();
-    for (const runs of byId.values()) {
-      const id = `${runs[0][1]}#${runs[0][2]}`;
-      firstStart.set(id, Math.min(...runs.map((r) => r[4])));
-      firstEnd.set(id, Math.min(...runs.map((r) => r[5])));
-    }
-    let outOfOrder = 0;
+    // ended first: a stale run of a lost lease may end later). A run's end is taken before its
+    // handler returns, so before its ack is sent, and a start after the claim that leased it:
+    // on the one clock of the host (hostNow), the store's order (no claim of n+1 before n's ack)
+    // puts n's end before n+1's start, with no margin needed.
+    const byKey = new Map<string, Run[]>();
+    for (const runs of byId.values()) byKey.set(`${runs[0][1]}#${runs[0][2]}`, runs);
+    const outOfOrder: string[] = [];
     for (let k = 0; k < keys; k++) {
       for (let n = 1; n < EVENTS / keys; n++) {
-        if (firstStart.get(`k${k}#${n}`)! < firstEnd.get(`k${k}#${n - 1}`)!) outOfOrder++;
+        const before = byKey.get(`k${k}#${n - 1}`)!;
+        const after = byKey.get(`k${k}#${n}`)!;
+        const gapMs = Math.min(...after.map((r) => r[4])) - Math.min(...before.map((r) => r[5]));
+        if (gapMs < 0) outOfOrder.push(describePair(`k${k}`, n, before, after, gapMs, result));
       }
     }
-    expect(outOfOrder).toBe(0);
+    // Each offending pair: both events' runs (attempt, worker, start and end since 'go'), and by
+    // how much n+1's first start preceded n's first end.
+    expect(
+      outOfOrder.length ? [`${outOfOrder.length} pairs`, ...outOfOrder.slice(0, 20)] : [],
+    ).toEqual([]);
     return { duplicates: duplicates.length, leaseLost, perWorker };
   }
 
@@ -140,6 +145,24 @@ function scaleOut(kind: ScaleStoreKind): void {
       await result.close();
     }
   }, 100_000);
+}
+
+/** One out-of-order pair of the per-key check, for the failure message. */
+function describePair(
+  key: string,
+  n: number,
+  before: Run[],
+  after: Run[],
+  gapMs: number,
+  result: { startedAt: number },
+): string {
+  const at = (ms: number) => `+${(ms - result.startedAt).toFixed(3)}`;
+  const runs = (list: Run[]) =>
+    list.map((r) => `attempt ${r[3]} on ${r[6]} ${at(r[4])}..${at(r[5])} ms`).join(', ');
+  return (
+    `${key}: #${n} started ${(-gapMs).toFixed(3)} ms before #${n - 1} ended; ` +
+    `#${n - 1}: ${runs(before)}; #${n}: ${runs(after)}`
+  );
 }
 
 describeWithService('postgres', 'scale-out on PostgreSQL', () => scaleOut('postgres'));
