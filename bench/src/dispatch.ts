@@ -111,6 +111,7 @@ class Counter {
   pg0: Map<number, number> | null = null;
   pg1: Map<number, number> | null = null;
   private mono0 = 0n;
+  private perf0 = 0;
   get t0(): number {
     return this.start;
   }
@@ -119,6 +120,7 @@ class Counter {
     this.cpu0 = process.cpuUsage();
     this.pg0 = postgresBackendCpu(PG.database);
     this.mono0 = process.hrtime.bigint();
+    this.perf0 = performance.now();
   }
   readonly hit = (): void => {
     this.handled++;
@@ -131,6 +133,12 @@ class Counter {
       if (process.env.BENCH_DRAIN_WINDOW) {
         const us = (t: bigint) => String(t / 1000n);
         console.error(`BENCH_DRAIN_WINDOW ${us(this.mono0)} ${us(process.hrtime.bigint())}`);
+        // The same window in ms since the process started, the clock of `--trace-gc-nvp`'s lines
+        // (src/gc-survival.ts).
+        const ms = (t: bigint) => (Number(t - this.mono0) / 1e6 + this.perf0).toFixed(1);
+        console.error(
+          `BENCH_DRAIN_WINDOW_MS ${this.perf0.toFixed(1)} ${ms(process.hrtime.bigint())}`,
+        );
       }
     }
   };

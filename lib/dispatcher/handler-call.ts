@@ -17,6 +17,8 @@ export abstract class HandlerCall {
   /** Why the call was stopped from outside (timeout, lease loss, shutdown). */
   interruptedBy: unknown = undefined;
   invocation: Promise<unknown> | null = null;
+  /** Its place in the runs' list while running, -1 otherwise (set by `HandlerRuns`). */
+  runAt = -1;
   /** The handler's span, when tracing is on (ended when the handler settles). */
   span: unknown = null;
   /** `done()`'s promise, made only when something waits for the call (drain, shutdown). */

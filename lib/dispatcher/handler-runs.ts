@@ -38,8 +38,11 @@ export interface RunsHost {
 export class HandlerRuns implements SlotOwner, BatchOwner {
   private readonly logger = new Logger('OutboxDispatcher');
   private readonly config: ResolvedOutboxOptions['dispatcher'];
-  /** Running handler calls: one delivery each, or a batch handler's batch. */
-  private readonly runs = new Set<Slot | BatchRun>();
+  /**
+   * Running handler calls (one delivery each, or a batch handler's batch), in no order; each
+   * knows its place (`runAt`). Not a `Set`, for the reason `LeaseKeeper.kept` is not one.
+   */
+  private readonly runs: (Slot | BatchRun)[] = [];
   /** Deliveries in running calls (a batch counts each of its deliveries). */
   private runningDeliveries = 0;
   /** Claimed ahead, waiting for a slot, oldest first. */
@@ -61,7 +64,7 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
 
   /** Running handler calls (a batch is one). */
   get running(): number {
-    return this.runs.size;
+    return this.runs.length;
   }
 
   /** Deliveries held: running, or waiting for a slot. */
@@ -114,7 +117,7 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
   startWaiting(): void {
     while (
       !this.host.stopping() &&
-      this.runs.size < this.config.concurrency &&
+      this.runs.length < this.config.concurrency &&
       this.waiting.length > 0
     ) {
       const slot = this.waiting.shift()!;
@@ -132,11 +135,11 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
 
   /** Settles as each running handler's run ends. */
   runsDone(): Promise<void>[] {
-    return [...this.runs].map((r) => r.done());
+    return this.runs.map((r) => r.done());
   }
 
   interruptAll(reason: unknown): void {
-    for (const run of this.runs) run.interrupt(reason);
+    for (const run of this.runs.slice()) run.interrupt(reason);
   }
 
   stop(): void {
@@ -178,7 +181,7 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
     } catch (error) {
       this.logger.error(`Unexpected dispatcher error: ${String(error)}`);
     } finally {
-      this.runs.delete(slot);
+      this.removeRun(slot);
       this.runningDeliveries--;
       this.startWaiting();
       this.host.slotFreed();
@@ -245,20 +248,12 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
     } catch (error) {
       this.logger.error(`Unexpected dispatcher error: ${String(error)}`);
     } finally {
-      this.runs.delete(run);
+      this.removeRun(run);
       this.runningDeliveries -= run.slots.length;
       this.startWaiting();
       this.host.slotFreed();
       run.settleDone();
     }
-  }
-
-  acked(slot: Slot): void {
-    this.outcomes.delivered(slot.delivery, slot);
-  }
-
-  ackFailed(slot: Slot, error: unknown): void {
-    this.outcomes.reportFailed(slot.delivery, 'ack', error);
   }
 
   private launch(slot: Slot): void {
@@ -268,7 +263,7 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
     slot.started = performance.now();
     slot.deadline = slot.started + slot.timeoutMs;
     slot.running = true;
-    this.runs.add(slot);
+    this.addRun(slot);
     this.runningDeliveries++;
     this.armTimeout(slot.deadline);
     const context = new RunContext(slot, this.config.workerId);
@@ -329,7 +324,7 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
       slot.started = run.started;
       slot.deadline = run.deadline;
     }
-    this.runs.add(run);
+    this.addRun(run);
     this.runningDeliveries += slots.length;
     this.armTimeout(run.deadline);
     const context = new BatchContext(run, this.config.workerId);
@@ -356,6 +351,22 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
     );
   }
 
+  private addRun(run: Slot | BatchRun): void {
+    run.runAt = this.runs.length;
+    this.runs.push(run);
+  }
+
+  private removeRun(run: Slot | BatchRun): void {
+    const at = run.runAt;
+    if (at < 0) return;
+    run.runAt = -1;
+    const last = this.runs.pop()!;
+    if (last !== run) {
+      last.runAt = at;
+      this.runs[at] = last;
+    }
+  }
+
   /** One timer for every handler timeout: armed for the earliest deadline. */
   private armTimeout(deadline: number): void {
     if (deadline >= this.timeoutAt) return;
@@ -378,7 +389,7 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
     this.clearTimeoutTimer();
     const now = performance.now();
     let next = Infinity;
-    for (const run of this.runs) {
+    for (const run of this.runs.slice()) {
       if (run.interruptedBy !== undefined) continue;
       if (run.deadline <= now) {
         run.interrupt(new HandlerTimeoutError(run.handler.name, run.timeoutMs));

@@ -7,6 +7,8 @@ export interface KeptLease {
   /** Monotonic local time (`performance.now()`) by which the lease is surely expired unless renewed. */
   expiresAt: number;
   renewing: boolean;
+  /** Its place in the keeper's list while kept, -1 otherwise (set by the keeper). */
+  keptAt: number;
   /** Stops the run: the lease is lost, or could not be renewed in time. */
   lose(error: LeaseLostError): void;
 }
@@ -23,7 +25,14 @@ export interface KeptLease {
  * of the wall clock can extend or cut it.
  */
 export class LeaseKeeper {
-  private readonly kept = new Set<KeptLease>();
+  /**
+   * The kept leases, in no order; each knows its place (`keptAt`), so release is a swap with the
+   * last. Not a `Set`: a set that many deliveries pass through rebuilds its table every few
+   * hundred of them, and V8 links each discarded table, its entries still in it, to the next one;
+   * once one of them reaches the old generation, that chain keeps every delivery it ever held
+   * alive through each scavenge until the next full collection.
+   */
+  private readonly kept: KeptLease[] = [];
   private timer: NodeJS.Timeout | null = null;
   private readonly every: number;
 
@@ -38,13 +47,16 @@ export class LeaseKeeper {
 
   /** Starts keeping a lease obtained by a claim sent at `sentAt`. */
   keep(lease: Lease, sentAt: number, lose: (error: LeaseLostError) => void): KeptLease {
-    return this.add({ lease, expiresAt: 0, renewing: false, lose }, sentAt);
+    return this.add({ lease, expiresAt: 0, renewing: false, keptAt: -1, lose }, sentAt);
   }
 
   /** Starts keeping `kept` (its lease obtained by a claim sent at `sentAt`). */
   add<K extends KeptLease>(kept: K, sentAt: number): K {
     kept.expiresAt = sentAt + this.leaseMs;
-    this.kept.add(kept);
+    if (kept.keptAt < 0) {
+      kept.keptAt = this.kept.length;
+      this.kept.push(kept);
+    }
     if (!this.timer) {
       this.timer = setInterval(() => this.tick(), this.every);
       // The handlers' own work keeps the process alive, not this bookkeeping.
@@ -54,22 +66,32 @@ export class LeaseKeeper {
   }
 
   release(kept: KeptLease): void {
-    this.kept.delete(kept);
-    if (this.kept.size === 0 && this.timer) {
+    const at = kept.keptAt;
+    if (at < 0) return;
+    kept.keptAt = -1;
+    const last = this.kept.pop()!;
+    if (last !== kept) {
+      last.keptAt = at;
+      this.kept[at] = last;
+    }
+    if (this.kept.length === 0 && this.timer) {
       clearInterval(this.timer);
       this.timer = null;
     }
   }
 
   stop(): void {
-    this.kept.clear();
+    for (const kept of this.kept) kept.keptAt = -1;
+    this.kept.length = 0;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
   }
 
   private tick(): void {
     const now = this.now();
-    for (const kept of this.kept) {
+    // A copy: a lease lost here leaves the list; one released meanwhile is skipped.
+    for (const kept of this.kept.slice()) {
+      if (kept.keptAt < 0) continue;
       // The next tick would come too late: give up while the lease still holds.
       if (now + this.every >= kept.expiresAt) {
         this.release(kept);
@@ -85,12 +107,12 @@ export class LeaseKeeper {
     this.store
       .renew(kept.lease, this.leaseMs)
       .then((renewed) => {
-        if (!this.kept.has(kept)) return;
+        if (kept.keptAt < 0) return;
         kept.lease = renewed;
         kept.expiresAt = sentAt + this.leaseMs;
       })
       .catch((error) => {
-        if (!this.kept.has(kept)) return;
+        if (kept.keptAt < 0) return;
         if (error instanceof LeaseLostError) {
           this.release(kept);
           kept.lose(error);

@@ -12,8 +12,57 @@ import type {
 import { RegisteredHandler } from '../outbox-handler.registry';
 import { decideOutcome, RunResult } from './delivery-outcome';
 import { DispatcherCounters } from './outbox-dispatcher.stats';
-import { OutcomeReporter } from './outcome-reporter';
+import { OutcomeReporter, PendingAck } from './outcome-reporter';
 import { isKeyed, RunTiming, Slot } from './run-slot';
+
+/** What the event stream says of a delivery: its ids and names (a `ClaimedDelivery` is one). */
+export interface DeliveryRef {
+  readonly id: string;
+  readonly handler: string;
+  readonly attempt: number;
+  readonly event: { readonly id: string; readonly type: string; readonly availableAt: Date };
+}
+
+/**
+ * A successful run's ack waiting for its batch: the lease the store needs, and what the event
+ * stream says once it is written. It holds nothing else of the run: the delivery's event, payload
+ * and headers, its `Slot` and the handler's context are let go when the handler returns, not when
+ * the store answers the batch (a round trip, with a few hundred other acks).
+ */
+class SucceededRun implements PendingAck, RunTiming, DeliveryRef {
+  readonly lease: Lease;
+  readonly keyed: boolean;
+  readonly id: string;
+  readonly handler: string;
+  readonly attempt: number;
+  readonly event: DeliveryRef['event'];
+  readonly startedAt: number;
+  readonly durationMs: number;
+
+  constructor(
+    private readonly outcomes: RunOutcomes,
+    slot: Slot,
+  ) {
+    const { delivery } = slot;
+    const { event } = delivery;
+    this.lease = slot.lease;
+    this.keyed = slot.keyed;
+    this.id = delivery.id;
+    this.handler = delivery.handler;
+    this.attempt = delivery.attempt;
+    this.event = { id: event.id, type: event.type, availableAt: event.availableAt };
+    this.startedAt = slot.startedAt;
+    this.durationMs = slot.durationMs;
+  }
+
+  resolve(): void {
+    this.outcomes.delivered(this, this);
+  }
+
+  reject(error: unknown): void {
+    this.outcomes.reportFailed(this, 'ack', error);
+  }
+}
 
 /**
  * What follows a run: its outcome decided (`decideOutcome`, pure), handed to the reporter to be
@@ -50,7 +99,7 @@ export class RunOutcomes {
   ): void {
     if (!result.failed && timing instanceof Slot) {
       // Succeeded (the common case): no policy to consult.
-      this.reporter.enqueueAck(timing);
+      this.reporter.enqueueAck(new SucceededRun(this, timing));
       return;
     }
     const config = this.options.dispatcher;
@@ -116,7 +165,7 @@ export class RunOutcomes {
     );
   }
 
-  delivered(delivery: ClaimedDelivery, timing: RunTiming | null): void {
+  delivered(delivery: DeliveryRef, timing: RunTiming | null): void {
     this.counters.succeeded++;
     if (!this.events.wants('delivered')) return;
     const { event } = delivery;
@@ -135,7 +184,7 @@ export class RunOutcomes {
   }
 
   /** A lost lease or store error discards the outcome (the delivery is redelivered later). */
-  reportFailed(delivery: ClaimedDelivery, operation: string, error: unknown): void {
+  reportFailed(delivery: DeliveryRef, operation: string, error: unknown): void {
     if (error instanceof LeaseLostError) {
       this.leaseLost(delivery, 'outcome');
     } else if (error !== this.lastOutcomeError) {
@@ -145,7 +194,7 @@ export class RunOutcomes {
     }
   }
 
-  leaseLost(delivery: ClaimedDelivery, during: 'renewal' | 'outcome'): void {
+  leaseLost(delivery: DeliveryRef, during: 'renewal' | 'outcome'): void {
     this.counters.leaseLost++;
     if (this.events.wants('lease-lost')) {
       this.events.emit({ ...this.observe('lease-lost', delivery), during });
@@ -171,7 +220,7 @@ export class RunOutcomes {
   /** What the event stream says about a delivery (ids and names, never the payload). */
   observe<K extends OutboxObservationKind>(
     kind: K,
-    delivery: ClaimedDelivery,
+    delivery: DeliveryRef,
   ): DeliveryObservation & { kind: K } {
     return {
       kind,

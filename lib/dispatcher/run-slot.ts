@@ -4,7 +4,6 @@ import { ClaimedDelivery, Lease } from '../interfaces/outbox-store.interface';
 import { RegisteredHandler } from '../outbox-handler.registry';
 import { HandlerCall } from './handler-call';
 import { KeptLease } from './lease-keeper';
-import { PendingAck } from './outcome-reporter';
 
 /** How a handler run went, for the event stream (absent: the delivery never ran here). */
 export interface RunTiming {
@@ -24,26 +23,25 @@ export interface SlotOwner {
   lost(slot: Slot, error: LeaseLostError): void;
   /** The run ended: its handler settled, or it was interrupted (first one wins). */
   finish(slot: Slot, failure: unknown, failed: boolean): void;
-  /** The slot's ack was written. */
-  acked(slot: Slot): void;
-  /** The slot's ack was refused (lease lost) or failed. */
-  ackFailed(slot: Slot, error: unknown): void;
 }
 
 /**
- * One claimed delivery, from its claim to its outcome: waiting for a handler slot, then running.
- * One object per delivery is the lease the keeper renews (`KeptLease`), the queue entry, the run
- * and the pending ack the reporter batches (`PendingAck`), so a delivery allocates no closures
- * and, besides the handler's own, no promises of its own.
+ * One claimed delivery, from its claim to the end of its run: waiting for a handler slot, then
+ * running. One object per delivery is the lease the keeper renews (`KeptLease`), the queue entry
+ * and the run, so a delivery allocates no closures and, besides the handler's own, no promises of
+ * its own. A successful run's ack is a smaller object of its own (`SucceededRun`, in
+ * run-outcomes.ts), so nothing keeps the slot and its delivery once the handler returned.
  */
-export class Slot extends HandlerCall implements KeptLease, PendingAck, RunTiming {
+export class Slot extends HandlerCall implements KeptLease, RunTiming {
   /** Replaced by each renewal. */
   lease: Lease;
-  /** The delivery has a key (`PendingAck`). */
+  /** The delivery has a key: its outcome, written, frees the key's next event. */
   readonly keyed: boolean;
   /** Set by the keeper. */
   expiresAt = 0;
   renewing = false;
+  /** Its place in the keeper's list (set by the keeper). */
+  keptAt = -1;
   /** Running: in `runs`, its handler called. */
   running = false;
   durationMs = 0;
@@ -67,16 +65,6 @@ export class Slot extends HandlerCall implements KeptLease, PendingAck, RunTimin
   /** The keeper could not keep the lease. */
   lose(error: LeaseLostError): void {
     this.owner.lost(this, error);
-  }
-
-  /** The ack was written (`PendingAck`). */
-  resolve(): void {
-    this.owner.acked(this);
-  }
-
-  /** The ack was refused (lease lost) or failed (`PendingAck`). */
-  reject(error: unknown): void {
-    this.owner.ackFailed(this, error);
   }
 }
 
