@@ -384,8 +384,8 @@ export async function watchPrepared(
 
 /**
  * Counts the statements sent through node-postgres (every `Client.prototype.query` call, whoever
- * makes it: the library, TypeORM, Drizzle, the scenario) from now until `stop()`; `pg` is the one
- * module all of them load from the root's node_modules. PostgreSQL's own counter
+ * makes it: the library, TypeORM, Drizzle, the scenario) from now until `stop()`, on both copies of
+ * `pg` a scenario may load (bench/node_modules' and the root's). PostgreSQL's own counter
  * (pg_stat_statements) needs a server restart to load, which a shared server does not get.
  */
 export function countStatements(): {
