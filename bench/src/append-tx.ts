@@ -30,6 +30,7 @@ import type { QueryRunner } from 'typeorm';
 import {
   args,
   BUSINESS_TABLE,
+  countStatements,
   cpuBetween,
   dropOutboxTables,
   emit,
@@ -42,6 +43,7 @@ import {
   runMain,
   SentStatement,
   TABLE_PREFIX,
+  threadCpu,
   watchPrepared,
 } from './common';
 import { insertHandrolled, insertOrder, orderPayload, resetBusinessTables } from './business';
@@ -75,6 +77,9 @@ async function captureAppendStatement(
   return { name: sent[0].name, text: sent[0].text };
 }
 
+/** µs on the monotonic clock V8's profiler stamps samples with (`node --cpu-prof`). */
+const profileClock = (): string => String(process.hrtime.bigint() / 1000n);
+
 /** Transactions per client in the timed window. */
 const PER_CLIENT: Record<number, number> = {
   1: envInt('BENCH_APPEND_TX_N_1', 2_000),
@@ -104,7 +109,14 @@ runMain(async () => {
   await resetBusinessTables(ds);
   await dropOutboxTables(ds);
 
-  const business = insertOrder;
+  // Wall time of each phase of a transaction, summed over the clients (µs): where a variant's
+  // extra time per transaction goes (BEGIN, the business INSERT, the outbox write, COMMIT).
+  const phases = { begin: 0, business: 0, outbox: 0, commit: 0 };
+  let businessDone = 0;
+  const business: Body = async (qr, id, i) => {
+    await insertOrder(qr, id, i);
+    businessDone = performance.now();
+  };
 
   let ours: OurApp | null = null;
   let body: Body;
@@ -171,10 +183,18 @@ runMain(async () => {
   }
   const runClient = async (qr: QueryRunner, count: number) => {
     for (let i = 0; i < count; i++) {
+      const t0 = performance.now();
       await qr.startTransaction();
+      const t1 = performance.now();
       try {
         await body(qr, randomUUID(), i);
+        const t2 = performance.now();
         await qr.commitTransaction();
+        const t3 = performance.now();
+        phases.begin += t1 - t0;
+        phases.business += businessDone - t1;
+        phases.outbox += t2 - businessDone;
+        phases.commit += t3 - t2;
       } catch (error) {
         if (qr.isTransactionActive) await qr.rollbackTransaction();
         throw error;
@@ -189,14 +209,30 @@ runMain(async () => {
     // Warm-up: WARMUP transactions over the same clients, committed (counted in the check below).
     await runAll((k) => Math.floor(WARMUP / clients) + (k < WARMUP % clients ? 1 : 0));
 
+    // BENCH_APPEND_TX_COUNT=1: statements sent in the timed window, every connection (the
+    // patched `pg` query adds a little Node CPU to every variant alike).
+    const counter = process.env.BENCH_APPEND_TX_COUNT === '1' ? countStatements() : null;
     const pg0 = postgresBackendCpu(PG.database);
     const cpu0 = process.cpuUsage();
+    const threads0 = threadCpu();
+    for (const phase of Object.keys(phases) as Array<keyof typeof phases>) phases[phase] = 0;
+    // BENCH_APPEND_TX_WINDOW=1: the timed window on stderr, for cpu-profile.ts.
+    const window0 = profileClock();
     const t0 = now();
     await runAll(() => perClient);
     const ms = now() - t0;
     const cpu = process.cpuUsage(cpu0);
     const pgMs = cpuBetween(pg0, postgresBackendCpu(PG.database));
     total = perClient * clients;
+    const threads: Record<string, number> = {};
+    for (const [name, ms] of threadCpu()) {
+      const us = ((ms - (threads0.get(name) ?? 0)) * 1000) / total;
+      if (us > 0) threads[name] = +us.toFixed(1);
+    }
+    counter?.stop();
+    if (process.env.BENCH_APPEND_TX_WINDOW === '1') {
+      process.stderr.write(`window ${window0}:${profileClock()}\n`);
+    }
 
     // Sanity: what committed (warm-up + timed), and nothing else.
     const expected = WARMUP + total;
@@ -233,7 +269,16 @@ runMain(async () => {
       txPerSec: (total / ms) * 1000,
       cpuUsPerTx: (cpu.user + cpu.system) / total,
       sysUsPerTx: cpu.system / total,
+      // Node CPU µs/tx by thread (`main`: the JavaScript thread); 10 ms clock ticks.
+      threadUsPerTx: threads,
+      // Wall µs per transaction in each phase (with C clients: summed over them, ÷ transactions).
+      phaseUsPerTx: Object.fromEntries(
+        Object.entries(phases).map(([k, ms]) => [k, +((ms * 1000) / total).toFixed(1)]),
+      ),
       pgCpuUsPerTx: pgMs > 0 ? +((pgMs * 1000) / total).toFixed(1) : undefined,
+      ...(counter
+        ? { statementsPerTx: +(counter.count() / total).toFixed(2), statements: counter.texts() }
+        : {}),
       settings: {
         clients,
         perClient,

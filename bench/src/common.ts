@@ -394,8 +394,8 @@ export async function watchPrepared(
 
 /**
  * Counts the statements sent through node-postgres (every `Client.prototype.query` call, whoever
- * makes it: the library, TypeORM, Drizzle, the scenario) from now until `stop()`; `pg` is the one
- * module all of them load from the root's node_modules. PostgreSQL's own counter
+ * makes it: the library, TypeORM, Drizzle, the scenario) from now until `stop()`, on both copies of
+ * `pg` a scenario may load (bench/node_modules' and the root's). PostgreSQL's own counter
  * (pg_stat_statements) needs a server restart to load, which a shared server does not get.
  */
 export function countStatements(): {
@@ -404,16 +404,58 @@ export function countStatements(): {
   texts: () => Record<string, number>;
   stop: () => void;
 } {
-  const { Client } = require('pg') as { Client: { prototype: { query: unknown } } };
-  const query = Client.prototype.query as (...args: unknown[]) => unknown;
+  // bench/node_modules may hold a `pg` of its own (graphile-worker's): patch it and the one
+  // TypeORM loads from the root's node_modules, each once.
+  const typeormDir = require('node:path').dirname(require.resolve('typeorm'));
+  const modules = new Set(
+    [require.resolve('pg'), require.resolve('pg', { paths: [typeormDir] })].map(
+      (file) => (require(file) as { Client: { prototype: { query: unknown } } }).Client.prototype,
+    ),
+  );
   let n = 0;
   const texts: Record<string, number> = {};
-  Client.prototype.query = function (this: unknown, ...args: unknown[]) {
-    n++;
-    const config = args[0] as string | { text?: string };
-    const text = (typeof config === 'string' ? config : (config?.text ?? '?')).slice(0, 40);
-    texts[text] = (texts[text] ?? 0) + 1;
-    return query.apply(this, args);
-  };
-  return { count: () => n, texts: () => texts, stop: () => (Client.prototype.query = query) };
+  const restore: Array<() => void> = [];
+  for (const proto of modules) {
+    const query = proto.query as (...args: unknown[]) => unknown;
+    proto.query = function (this: unknown, ...args: unknown[]) {
+      n++;
+      const config = args[0] as string | { text?: string };
+      const text = (typeof config === 'string' ? config : (config?.text ?? '?')).slice(0, 40);
+      texts[text] = (texts[text] ?? 0) + 1;
+      return query.apply(this, args);
+    };
+    restore.push(() => (proto.query = query));
+  }
+  return { count: () => n, texts: () => texts, stop: () => restore.forEach((r) => r()) };
+}
+
+/**
+ * CPU ms of this process's threads by thread name (`main` for the JavaScript thread; V8's
+ * workers, libuv's pool, …), from /proc/self/task (empty where /proc is not readable): which
+ * thread a process's CPU went to, e.g. the JavaScript thread against V8's compiler and GC helpers.
+ */
+export function threadCpu(): Map<string, number> {
+  const out = new Map<string, number>();
+  const { readdirSync, readFileSync } = require('node:fs') as typeof import('node:fs');
+  let tids: string[];
+  try {
+    tids = readdirSync('/proc/self/task');
+  } catch {
+    return out;
+  }
+  const tick = 1000 / 100; // USER_HZ
+  for (const tid of tids) {
+    try {
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const name =
+        Number(tid) === process.pid
+          ? 'main'
+          : stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(name, (out.get(name) ?? 0) + (Number(fields[11]) + Number(fields[12])) * tick);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return out;
 }

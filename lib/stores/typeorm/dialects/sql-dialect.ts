@@ -199,6 +199,13 @@ export interface SqlDialect {
    */
   appendEvents(rows: AppendRow[]): Plan<Map<string, InsertedEvent>>;
   /**
+   * The usual append without the plan runner: one event in one statement on `connection`, the
+   * same statement `appendEvents` sends for a single row. Resolves with what was inserted, or
+   * `null` when the id exists already (nothing of the event written). Absent where one event
+   * takes more than one statement (MySQL/MariaDB, SQLite).
+   */
+  appendOneOn?(connection: SqlConnection, row: AppendRow): Promise<InsertedEvent | null>;
+  /**
    * Leases the deliveries `candidates` selects and returns `columns` (over aliases `d` for the
    * delivery and `e` for its event) of each claimed row.
    */

@@ -1,6 +1,6 @@
 import { postgresDdl } from './ddl';
 import { createHash } from 'node:crypto';
-import type { SqlStatement } from '../../../../executors/sql-executor';
+import type { SqlConnection, SqlStatement } from '../../../../executors/sql-executor';
 import { OUTBOX_ERROR_HISTORY } from '../../../../outbox.constants';
 import { EMPTY, prepared, raw, sql, SqlText } from '../../sql';
 import { OutboxTableNames } from '../../schema/tables';
@@ -174,17 +174,7 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
    * unnest, no ordering), its deliveries from two short arrays.
    */
   private appendOne(r: AppendRow): SqlText {
-    const params = [
-      r.id,
-      r.type,
-      r.key,
-      r.payload,
-      r.headers,
-      r.occurredAt.toISOString(),
-      r.availableAt?.toISOString() ?? null,
-      r.deliveries.map((d) => d.id),
-      r.deliveries.map((d) => d.handler),
-    ];
+    const params = appendOneParams(r);
     // The text is the same for every event: built once, so the statement caches find it by the
     // same string (hashed once) and nothing is concatenated per append.
     this.appendOneText ??= this.appendOneStatement(params).text;
@@ -192,6 +182,29 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   }
 
   private appendOneText: string | undefined;
+
+  /** `appendOne`'s statement as the executor runs it (`$n` text, prepared name), built once. */
+  private appendOneRun: { text: string; name?: string } | undefined;
+
+  /**
+   * `appendOne` sent straight to the connection: no plan, no per-call compile or cache lookups
+   * (run 28 in bench/RESULTS.md). The id existing already returns no row: `null`.
+   */
+  async appendOneOn(connection: SqlConnection, r: AppendRow): Promise<InsertedEvent | null> {
+    const params = appendOneParams(r);
+    if (this.appendOneRun === undefined) {
+      const { text, name } = this.statement(this.appendOne(r));
+      this.appendOneRun = name === undefined ? { text } : { text, name };
+    }
+    const { text, name } = this.appendOneRun;
+    const { rows } = await connection.query(
+      name === undefined ? { text, params } : { text, params, name },
+    );
+    const row = rows[0];
+    return row === undefined
+      ? null
+      : { seq: Number(row.seq), availableAt: this.readTime(row.available_at) };
+  }
 
   private appendOneStatement([
     id,
@@ -351,4 +364,25 @@ const LEASE_FENCE = raw(`length(d.lease_token) || ':' || d.lease_token || d.leas
 /** The string `deleteLeased` compares with a row's lease token and owner. */
 function fence(lease: LeaseRef): string {
   return `${lease.token.length}:${lease.token}${lease.owner}`;
+}
+
+/** The values of `appendOne`'s statement, in its parameters' order. */
+function appendOneParams(r: AppendRow): unknown[] {
+  const ids: string[] = new Array(r.deliveries.length);
+  const handlers: string[] = new Array(r.deliveries.length);
+  for (let i = 0; i < r.deliveries.length; i++) {
+    ids[i] = r.deliveries[i].id;
+    handlers[i] = r.deliveries[i].handler;
+  }
+  return [
+    r.id,
+    r.type,
+    r.key,
+    r.payload,
+    r.headers,
+    r.occurredAt.toISOString(),
+    r.availableAt?.toISOString() ?? null,
+    ids,
+    handlers,
+  ];
 }
