@@ -18,7 +18,7 @@ import { randomUUID } from 'node:crypto';
 import { args, dropOutboxTables, emit, envInt, now, openDataSource, runMain } from './common';
 import { orderPayload } from './business';
 import { libRoot } from './lib';
-import { createOurApp, EVENT_TYPE, HANDLER_NAME } from './ours';
+import { appendOneValues, createOurApp, EVENT_TYPE } from './ours';
 
 const N = envInt('BENCH_APPEND_CPU_N', 20_000);
 const WARMUP = envInt('BENCH_APPEND_CPU_WARMUP', 5_000);
@@ -69,17 +69,7 @@ runMain(async () => {
             return client.query({
               name: 'append-cpu',
               text: 'stub',
-              values: [
-                newId(),
-                EVENT_TYPE,
-                id,
-                JSON.stringify(orderPayload(id, i)),
-                '{}',
-                new Date().toISOString(),
-                null,
-                [newId()],
-                [HANDLER_NAME],
-              ],
+              values: appendOneValues(newId, id, i),
             });
           };
     for (let i = 0; i < WARMUP; i++) await one(i);

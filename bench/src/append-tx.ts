@@ -48,7 +48,7 @@ import {
 } from './common';
 import { insertHandrolled, insertOrder, orderPayload, resetBusinessTables } from './business';
 import { libRoot } from './lib';
-import { createOurApp, EVENT_TYPE, HANDLER_NAME, OurApp } from './ours';
+import { appendOneValues, createOurApp, EVENT_TYPE, OurApp } from './ours';
 
 interface PgClient {
   query(config: { name?: string; text: string; values?: unknown[] }): Promise<unknown>;
@@ -157,17 +157,7 @@ runMain(async () => {
         await client.query({
           name: statement.name,
           text: statement.text,
-          values: [
-            newId(),
-            EVENT_TYPE,
-            id,
-            JSON.stringify(orderPayload(id, i)),
-            '{}',
-            new Date().toISOString(),
-            null,
-            [newId()],
-            [HANDLER_NAME],
-          ],
+          values: appendOneValues(newId, id, i),
         });
       };
       break;

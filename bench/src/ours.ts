@@ -3,6 +3,7 @@ import { DynamicModule, Injectable, INestApplicationContext, Module } from '@nes
 import { NestFactory } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
+import { orderPayload } from './business';
 import { OUR_REDIS_PREFIX, REDIS_URL, TABLE_PREFIX } from './common';
 import { lib, OutboxDispatcherOptions, OutboxEvent } from './lib';
 
@@ -11,6 +12,24 @@ const { OutboxDispatcher, OutboxHandler, OutboxModule, OutboxService } = lib;
 export const EVENT_TYPE = 'order.placed';
 /** The handler's name, as stored in the deliveries' `handler` column. */
 export const HANDLER_NAME = 'bench.noop';
+
+/**
+ * The parameters of the library's one-event append statement for business row `id` (the `i`th):
+ * what `stmt-*` and `append-cpu` send without the library, ids from the build's `newId`.
+ */
+export function appendOneValues(newId: () => string, id: string, i: number): unknown[] {
+  return [
+    newId(),
+    EVENT_TYPE,
+    id,
+    JSON.stringify(orderPayload(id, i)),
+    '{}',
+    new Date().toISOString(),
+    null,
+    [newId()],
+    [HANDLER_NAME],
+  ];
+}
 
 /** What the handler does; set by the scenario before the dispatcher starts. */
 export const sink: { onEvent: (event: OutboxEvent) => void } = { onEvent: () => undefined };
