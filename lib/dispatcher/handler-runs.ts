@@ -1,4 +1,5 @@
 import { Logger } from '@nestjs/common';
+import { addPlaced, removePlaced } from './placed-list';
 import { AbandonedRunError } from '../errors/abandoned-run.error';
 import { HandlerTimeoutError } from '../errors/handler-timeout.error';
 import { LeaseLostError } from '../errors/lease-lost.error';
@@ -352,19 +353,11 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
   }
 
   private addRun(run: Slot | BatchRun): void {
-    run.runAt = this.runs.length;
-    this.runs.push(run);
+    addPlaced(this.runs, run, 'runAt');
   }
 
   private removeRun(run: Slot | BatchRun): void {
-    const at = run.runAt;
-    if (at < 0) return;
-    run.runAt = -1;
-    const last = this.runs.pop()!;
-    if (last !== run) {
-      last.runAt = at;
-      this.runs[at] = last;
-    }
+    removePlaced(this.runs, run, 'runAt');
   }
 
   /** One timer for every handler timeout: armed for the earliest deadline. */

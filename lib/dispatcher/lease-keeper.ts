@@ -1,4 +1,5 @@
 import { LeaseLostError } from '../errors/lease-lost.error';
+import { addPlaced, removePlaced } from './placed-list';
 import { Lease, OutboxStore } from '../interfaces/outbox-store.interface';
 
 /** A lease the keeper renews, and how to stop its run when the lease cannot be kept. */
@@ -53,10 +54,7 @@ export class LeaseKeeper {
   /** Starts keeping `kept` (its lease obtained by a claim sent at `sentAt`). */
   add<K extends KeptLease>(kept: K, sentAt: number): K {
     kept.expiresAt = sentAt + this.leaseMs;
-    if (kept.keptAt < 0) {
-      kept.keptAt = this.kept.length;
-      this.kept.push(kept);
-    }
+    addPlaced(this.kept, kept, 'keptAt');
     if (!this.timer) {
       this.timer = setInterval(() => this.tick(), this.every);
       // The handlers' own work keeps the process alive, not this bookkeeping.
@@ -66,14 +64,7 @@ export class LeaseKeeper {
   }
 
   release(kept: KeptLease): void {
-    const at = kept.keptAt;
-    if (at < 0) return;
-    kept.keptAt = -1;
-    const last = this.kept.pop()!;
-    if (last !== kept) {
-      last.keptAt = at;
-      this.kept[at] = last;
-    }
+    if (!removePlaced(this.kept, kept, 'keptAt')) return;
     if (this.kept.length === 0 && this.timer) {
       clearInterval(this.timer);
       this.timer = null;

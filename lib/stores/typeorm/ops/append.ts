@@ -49,7 +49,8 @@ export class AppendOp {
         const inserted = await d.appendOneOn(caller.connection, row);
         if (inserted) stored = [storedEvent(batch[0], row, inserted.availableAt)];
       } catch (error) {
-        // As a first pass of the plan failing so: the plan below is the second.
+        // Counts as the plan's first pass ending in a unique violation: the plan below is the
+        // second and last (as with the retry inside it).
         if (!d.isUniqueViolation(error)) throw error;
         retried = true;
       }
