@@ -41,40 +41,15 @@ import {
   PG,
   postgresBackendCpu,
   runMain,
-  SentStatement,
   TABLE_PREFIX,
   threadCpu,
-  watchPrepared,
 } from './common';
 import { insertHandrolled, insertOrder, orderPayload, resetBusinessTables } from './business';
 import { libRoot } from './lib';
-import { appendOneValues, createOurApp, EVENT_TYPE, OurApp } from './ours';
+import { appendOneValues, captureAppendStatement, createOurApp, EVENT_TYPE, OurApp } from './ours';
 
 interface PgClient {
   query(config: { name?: string; text: string; values?: unknown[] }): Promise<unknown>;
-}
-
-/**
- * The library's one-event append statement as it sends it (prepared name and text): one real
- * append in a rolled-back transaction, watched.
- */
-async function captureAppendStatement(
-  ds: import('typeorm').DataSource,
-  app: OurApp,
-): Promise<{ name: string; text: string }> {
-  const qr = ds.createQueryRunner();
-  await qr.startTransaction();
-  let sent: SentStatement[];
-  try {
-    sent = await watchPrepared(ds, () =>
-      app.outbox.append({ type: EVENT_TYPE, payload: {} }, { manager: qr.manager }),
-    );
-  } finally {
-    await qr.rollbackTransaction();
-    await qr.release();
-  }
-  if (sent.length === 0) throw new Error('stmt: the append sent no prepared statement');
-  return { name: sent[0].name, text: sent[0].text };
 }
 
 /** µs on the monotonic clock V8's profiler stamps samples with (`node --cpu-prof`). */

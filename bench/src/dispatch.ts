@@ -30,6 +30,11 @@
  *   pgboss                  pg-boss 10: 10 × work(), batchSize 100, pollingIntervalSeconds 0.5.
  *   graphile                graphile-worker 0.17 batch jobs: N / 100 jobs whose payload is an array
  *                           of 100 events, run() with concurrency 10.
+ *   graphile-<n>            the same with n events a job (BENCH_DISPATCH_GRAPHILE_BATCH sets the
+ *                           plain variant's): graphile-1 is one job row per event, the layout of an
+ *                           outbox whose events are appended one per business transaction.
+ *   graphile-<n>-local      the same with graphile-worker's batching on: `localQueue: { size: 100 }`
+ *                           (jobs fetched and locked 100 at a time), `completeJobBatchDelay: 0`.
  *   bullmq                  BullMQ 5 Worker, concurrency 50, defaults otherwise.
  *   raw-lua                 the Redis ceiling: a sorted set claimed 100 at a time by one Lua call
  *                           (ZPOPMIN + lease zset + payload hash) and acked by another, 4 loops.
@@ -742,7 +747,7 @@ async function pgboss(c: Counter): Promise<Extra> {
   );
 }
 
-async function graphile(c: Counter): Promise<Extra> {
+async function graphile(c: Counter, perJob = GRAPHILE_BATCH, local = false): Promise<Extra> {
   const gw = graphileWorker();
   const ds = await openDataSource('postgres');
   await dropGraphileSchema((q) => ds.query(q));
@@ -758,12 +763,10 @@ async function graphile(c: Counter): Promise<Extra> {
       try {
         await utils.migrate();
         const specs: Array<{ identifier: string; payload: unknown[] }> = [];
-        for (let i = 0; i < N; i += GRAPHILE_BATCH) {
+        for (let i = 0; i < N; i += perJob) {
           specs.push({
             identifier: QUEUE,
-            payload: Array.from({ length: Math.min(GRAPHILE_BATCH, N - i) }, (_, j) =>
-              payload(i + j),
-            ),
+            payload: Array.from({ length: Math.min(perJob, N - i) }, (_, j) => payload(i + j)),
           });
         }
         for (let i = 0; i < specs.length; i += 100) await utils.addJobs(specs.slice(i, i + 100));
@@ -777,6 +780,11 @@ async function graphile(c: Counter): Promise<Extra> {
         logger: gw.quietLogger,
         concurrency: GRAPHILE_CONCURRENCY,
         noHandleSignals: true,
+        // Its documented batching (worker.graphile.org/docs/performance#batching): jobs fetched
+        // and locked 100 at a time, completions written together.
+        ...(local
+          ? { preset: { worker: { localQueue: { size: 100 }, completeJobBatchDelay: 0 } } }
+          : {}),
         taskList: {
           // A batch job: the payload is the array; resolving means every entry succeeded.
           [QUEUE]: async (items: unknown) => {
@@ -801,9 +809,11 @@ async function graphile(c: Counter): Promise<Extra> {
       return {
         settings: {
           concurrency: GRAPHILE_CONCURRENCY,
-          jobs: Math.ceil(N / GRAPHILE_BATCH),
-          eventsPerJob: GRAPHILE_BATCH,
-          note: 'batch jobs (payload = array of events), defaults otherwise',
+          jobs: Math.ceil(N / perJob),
+          eventsPerJob: perJob,
+          note: local
+            ? 'batch jobs (payload = array of events), localQueue 100, completeJobBatchDelay 0'
+            : 'batch jobs (payload = array of events), defaults otherwise',
         },
       };
     },
@@ -874,6 +884,8 @@ runMain(async () => {
   else if (variant === 'raw-lua') extra = await rawLua(c);
   else if (variant === 'pgboss') extra = await pgboss(c);
   else if (variant === 'graphile') extra = await graphile(c);
+  else if (/^graphile-[1-9][0-9]*(-local)?$/.test(variant))
+    extra = await graphile(c, parseInt(variant.slice(9), 10), variant.endsWith('-local'));
   else if (variant === 'bullmq') extra = await bull(c);
   else throw new Error(`unknown variant ${variant}`);
   const ms = c.t1 - c.t0;

@@ -4,7 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import type { DataSource } from 'typeorm';
 import { orderPayload } from './business';
-import { OUR_REDIS_PREFIX, REDIS_URL, TABLE_PREFIX } from './common';
+import { OUR_REDIS_PREFIX, REDIS_URL, SentStatement, TABLE_PREFIX, watchPrepared } from './common';
 import { lib, OutboxDispatcherOptions, OutboxEvent } from './lib';
 
 const { OutboxDispatcher, OutboxHandler, OutboxModule, OutboxService } = lib;
@@ -125,4 +125,27 @@ export async function createOurApp(
     dispatcher: app.get(OutboxDispatcher),
     close: () => app.close(),
   };
+}
+
+/**
+ * The library's one-event append statement as it sends it (prepared name and text): one real
+ * append in a rolled-back transaction, watched.
+ */
+export async function captureAppendStatement(
+  ds: DataSource,
+  app: OurApp,
+): Promise<{ name: string; text: string }> {
+  const qr = ds.createQueryRunner();
+  await qr.startTransaction();
+  let sent: SentStatement[];
+  try {
+    sent = await watchPrepared(ds, () =>
+      app.outbox.append({ type: EVENT_TYPE, payload: {} }, { manager: qr.manager }),
+    );
+  } finally {
+    await qr.rollbackTransaction();
+    await qr.release();
+  }
+  if (sent.length === 0) throw new Error('stmt: the append sent no prepared statement');
+  return { name: sent[0].name, text: sent[0].text };
 }

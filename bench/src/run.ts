@@ -118,6 +118,12 @@ const SCENARIOS: Scenario[] = [
       ['ours-pg-batch', 'graphile', 1.0],
       ['ours-pg-batch', 'ours-pg-defaults'],
       ['stmt-pg', 'graphile'],
+      // Opt-in (BENCH_DISPATCH_VARIANTS): graphile-worker with one job row per event.
+      ['ours-pg-batch', 'graphile-1'],
+      ['ours-pg-defaults', 'graphile-1'],
+      ['graphile-1', 'graphile'],
+      ['ours-pg-batch', 'graphile-1-local'],
+      ['ours-pg-defaults', 'graphile-1-local'],
       ['ours-pg-defaults', 'pgboss', 3.0],
       ['ours-pg-tuned', 'pgboss', 3.0],
       ['ours-pg-defaults', 'ours-pg-tuned', 0.8],
