@@ -176,6 +176,10 @@ describe('OutboxModule bootstrap', () => {
       await expect(boot({ store: { type: 'memory' } })).rejects.toThrow(
         /memory store .*production/,
       );
+      // Every durable store is offered, node-postgres & co. ('sql') included.
+      await expect(boot({ store: { type: 'memory' } })).rejects.toThrow(
+        "use a durable store ({ type: 'typeorm' }, { type: 'sql' } or { type: 'redis' })",
+      );
       const app = await boot({ store: { type: 'memory', allowInProduction: true } });
       await app.close();
     } finally {
