@@ -151,24 +151,30 @@ export function resolveBackoff(
   field: string,
   raw: unknown,
   base: Required<BackoffOptions>,
+  where = '',
 ): Required<BackoffOptions> {
-  const b = plainObject(field, raw);
-  refuseUnknownKeys(field, b, BACKOFF_KEYS);
+  // `where` follows the option's path: '@OutboxHandler backoff.factor on Orders.handle'.
+  const at = (path: string) => `${path}${where}`;
+  const b = plainObject(at(field), raw);
+  refuseUnknownKeys(field, b, BACKOFF_KEYS, (f, reason) => new OutboxOptionsError(at(f), reason));
   const factor = b.factor;
   if (
     factor !== undefined &&
     (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1)
   ) {
-    throw new OutboxOptionsError(`${field}.factor`, `expected a number ≥ 1, got ${shown(factor)}`);
+    throw new OutboxOptionsError(
+      at(`${field}.factor`),
+      `expected a number ≥ 1, got ${shown(factor)}`,
+    );
   }
   const backoff = {
-    initialMs: positiveInt(`${field}.initialMs`, b.initialMs, base.initialMs, 0),
+    initialMs: positiveInt(at(`${field}.initialMs`), b.initialMs, base.initialMs, 0),
     factor: (factor as number | undefined) ?? base.factor,
-    maxMs: positiveInt(`${field}.maxMs`, b.maxMs, base.maxMs, 0),
-    jitter: fraction(`${field}.jitter`, b.jitter, base.jitter),
+    maxMs: positiveInt(at(`${field}.maxMs`), b.maxMs, base.maxMs, 0),
+    jitter: fraction(at(`${field}.jitter`), b.jitter, base.jitter),
   };
   if (backoff.maxMs < backoff.initialMs) {
-    throw new OutboxOptionsError(`${field}.maxMs`, `must be ≥ ${field}.initialMs`);
+    throw new OutboxOptionsError(at(`${field}.maxMs`), `must be ≥ ${field}.initialMs`);
   }
   return backoff;
 }

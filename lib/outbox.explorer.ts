@@ -130,9 +130,10 @@ export class OutboxExplorer implements OnModuleInit {
           options.backoff === undefined
             ? undefined
             : resolveBackoff(
-                `@OutboxHandler backoff on ${source}`,
+                '@OutboxHandler backoff',
                 options.backoff,
                 this.options.dispatcher.backoff,
+                ` on ${source}`,
               ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,

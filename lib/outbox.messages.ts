@@ -22,6 +22,10 @@ export const OutboxMessages = {
   missingScheduler: () =>
     'The outbox dispatcher needs @nestjs/schedule: add ScheduleModule.forRoot() to your root module imports ' +
     '(or set dispatcher.enabled: false in processes that only append).',
+  schedulerNotInstalled: () =>
+    'The outbox dispatcher needs @nestjs/schedule, which is not installed: npm install @nestjs/schedule, ' +
+    'then add ScheduleModule.forRoot() to your root module imports ' +
+    '(or set dispatcher.enabled: false in processes that only append).',
 };
 
 function describe(error: unknown): string {

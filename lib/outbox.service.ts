@@ -8,6 +8,7 @@ import { AppendableEvent, OutboxStore } from './interfaces/outbox-store.interfac
 import { OUTBOX_RESOLVED_OPTIONS, OUTBOX_STORE } from './outbox.constants';
 import { OutboxHandlerRegistry } from './outbox-handler.registry';
 import { validateEvent } from './outbox-validation';
+import { OptionKeys, refuseUnknownKeys } from './option-fields';
 import { OUTBOX_TRACING } from './observability/observability.constants';
 import { OutboxEvents } from './observability/outbox-events';
 import type { OutboxTracing } from './observability/outbox-tracing';
@@ -35,6 +36,19 @@ export interface AppendOptions {
    */
   standalone?: boolean;
 }
+
+/**
+ * A misspelt key (`{ mangaer }`) is refused, not ignored: ignored, the events would be written on
+ * their own and published even if the caller's transaction rolled back.
+ */
+const APPEND_OPTION_KEYS = {
+  manager: true,
+  tx: true,
+  standalone: true,
+} satisfies OptionKeys<AppendOptions>;
+
+const appendOptionError = (field: string, reason: string) =>
+  new OutboxValidationError(field, reason);
 
 /** Appends events to the outbox. */
 @Injectable()
@@ -66,6 +80,7 @@ export class OutboxService {
     input: OutboxEventInput<T> | OutboxEventInput<T>[],
     options: AppendOptions = {},
   ): Promise<OutboxEvent<T> | OutboxEvent<T>[]> {
+    refuseUnknownKeys('options', options, APPEND_OPTION_KEYS, appendOptionError);
     const single = !Array.isArray(input);
     const list = single ? [input] : input;
     const { limits } = this.options;

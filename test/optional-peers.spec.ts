@@ -164,6 +164,40 @@ describe('missing optional packages are reported together', () => {
   });
 });
 
+describe('@nestjs/schedule, a required peer, missing from node_modules', () => {
+  it('the dispatcher names the install command as well as ScheduleModule.forRoot()', () => {
+    const line = withoutPackages(
+      ['@nestjs/schedule'],
+      `
+      require('reflect-metadata');
+      const { Test } = require('@nestjs/testing');
+      const { OutboxModule } = require('./lib/index.ts');
+      (async () => {
+        const moduleRef = await Test.createTestingModule({
+          imports: [OutboxModule.forRoot({ store: { type: 'memory' } })],
+        }).compile();
+        const app = moduleRef.createNestApplication({ logger: false });
+        try {
+          await app.init();
+          console.log(JSON.stringify({ booted: true }));
+        } catch (error) {
+          console.log(JSON.stringify({ field: error.field, message: error.message }));
+        } finally {
+          await app.close().catch(() => undefined);
+        }
+      })();
+      `,
+    );
+    expect(JSON.parse(line)).toEqual({
+      field: 'dispatcher',
+      message:
+        'Invalid OutboxModule option "dispatcher": The outbox dispatcher needs @nestjs/schedule, which ' +
+        'is not installed: npm install @nestjs/schedule, then add ScheduleModule.forRoot() to your root ' +
+        'module imports (or set dispatcher.enabled: false in processes that only append).',
+    });
+  });
+});
+
 /** Runs an app on the memory store in a fresh process with `options`, then `after(app)`. */
 const bootApp = (options: string, after = '() => undefined') => `
   require('reflect-metadata');

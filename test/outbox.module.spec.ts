@@ -176,6 +176,10 @@ describe('OutboxModule bootstrap', () => {
       await expect(boot({ store: { type: 'memory' } })).rejects.toThrow(
         /memory store .*production/,
       );
+      // Every durable store is offered, node-postgres & co. ('sql') included.
+      await expect(boot({ store: { type: 'memory' } })).rejects.toThrow(
+        "use a durable store ({ type: 'typeorm' }, { type: 'sql' } or { type: 'redis' })",
+      );
       const app = await boot({ store: { type: 'memory', allowInProduction: true } });
       await app.close();
     } finally {
@@ -324,9 +328,21 @@ describe('OutboxModule bootstrap', () => {
       @OutboxHandler('bad.backoff', { backoff: { factor: 0.5 } })
       handle() {}
     }
-    await expect(boot({ store: { type: 'memory' } }, [Bad])).rejects.toThrow(
-      /@OutboxHandler backoff on Bad\.handle\.factor/,
-    );
+    // The option's path, then where it is: as for every other @OutboxHandler option.
+    await expect(boot({ store: { type: 'memory' } }, [Bad])).rejects.toMatchObject({
+      field: '@OutboxHandler backoff.factor on Bad.handle',
+    });
+    @Injectable()
+    class Typo {
+      @OutboxHandler('typo.backoff', { backoff: { initalMs: 5 } as never })
+      handle() {}
+    }
+    await expect(boot({ store: { type: 'memory' } }, [Typo])).rejects.toMatchObject({
+      field: '@OutboxHandler backoff.initalMs on Typo.handle',
+      message:
+        'Invalid OutboxModule option "@OutboxHandler backoff.initalMs on Typo.handle": not an option; ' +
+        'did you mean @OutboxHandler backoff.initialMs?',
+    });
     const attempts: number[] = [];
     @Injectable()
     class Partial {

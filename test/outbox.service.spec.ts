@@ -160,4 +160,24 @@ describe('OutboxService.append', () => {
     const events = Array.from({ length: 1001 }, () => ({ type: 'ok', payload: 1 }));
     await expect(t.outbox.append(events)).rejects.toMatchObject({ field: 'events' });
   });
+
+  // A misspelt `manager` would otherwise be ignored: the event committed on its own, published
+  // even if the caller's transaction rolled back.
+  it('refuses an append option that is not one, naming the closest, and writes nothing', async () => {
+    const before = await counts();
+    const typo = t.outbox.append({ type: 'known.type', payload: {} }, { mangaer: {} } as never);
+    await expect(typo).rejects.toThrow(OutboxValidationError);
+    await expect(typo).rejects.toMatchObject({
+      field: 'options.mangaer',
+      message: 'Invalid options.mangaer: not an option; did you mean options.manager?',
+    });
+    await expect(
+      t.outbox.append({ type: 'known.type', payload: {} }, { transaction: {} } as never),
+    ).rejects.toMatchObject({
+      field: 'options.transaction',
+      message:
+        'Invalid options.transaction: not an option; the options here are manager, tx, standalone',
+    });
+    expect(await counts()).toEqual(before);
+  });
 });

@@ -252,8 +252,12 @@ export class OutboxDispatcher implements OnApplicationBootstrap, BeforeApplicati
     try {
       registryClass = (require('@nestjs/schedule') as typeof import('@nestjs/schedule'))
         .SchedulerRegistry;
-    } catch {
-      throw new OutboxOptionsError('dispatcher', OutboxMessages.missingScheduler());
+    } catch (error) {
+      // Not installed: say so. Any other failure to load it (ERR_REQUIRE_ESM, …) is its own.
+      const { code, message } = error as { code?: unknown; message?: unknown };
+      if (code !== 'MODULE_NOT_FOUND' || !String(message).includes("'@nestjs/schedule'"))
+        throw error;
+      throw new OutboxOptionsError('dispatcher', OutboxMessages.schedulerNotInstalled());
     }
     try {
       return this.moduleRef.get(registryClass, { strict: false });

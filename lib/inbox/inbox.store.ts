@@ -69,7 +69,7 @@ export class InboxStore {
   /** `field` names the option that gave `source`, in configuration errors. */
   constructor(
     source: DataSource | SqlExecutor,
-    options: InboxTableOptions = {},
+    private readonly tableOptions: InboxTableOptions = {},
     field = isSqlExecutor(source) ? 'inbox.executor' : 'inbox.dataSource',
   ) {
     this.executor = isSqlExecutor(source) ? source : new TypeOrmExecutor(source);
@@ -81,7 +81,10 @@ export class InboxStore {
         `the ${this.executor.client} executor has no clientTransaction(), which @Inbox() runs its transactions with`,
       );
     }
-    this.names = this.dialect.tableNames(options.tablePrefix ?? 'outbox_', options.schema);
+    this.names = this.dialect.tableNames(
+      tableOptions.tablePrefix ?? 'outbox_',
+      tableOptions.schema,
+    );
   }
 
   /** Creates the table and index if missing (safe to call from several processes). */
@@ -123,21 +126,34 @@ export class InboxStore {
 
   /** Throws `OutboxOptionsError` naming the fix when the inbox table is missing or outdated. */
   async assertSchema(): Promise<void> {
+    // Outside TypeORM there are no migration classes to add: the CLI (or its DDL) is the fix.
+    const typeorm = this.executor instanceof TypeOrmExecutor;
+    const { tablePrefix = 'outbox_', schema } = this.tableOptions;
+    const where =
+      (tablePrefix === 'outbox_' ? '' : ` --prefix ${tablePrefix}`) +
+      (schema === undefined ? '' : ` --schema ${schema}`);
+    const migrate = `run \`npx nestjs-outbox schema migrate --inbox --url <database url>${where}\``;
     try {
       await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
     } catch {
       throw new OutboxOptionsError(
         'inbox.ensureSchema',
-        `the inbox table ${this.names.plain} does not exist; add createInboxMigration() and ` +
-          'createInboxFingerprintMigration() to your migrations and run them, or set inbox.ensureSchema: true',
+        `the inbox table ${this.names.plain} does not exist; ` +
+          (typeorm
+            ? 'add createInboxMigration() and createInboxFingerprintMigration() to your migrations and run them'
+            : `${migrate}, or add the DDL that \`npx nestjs-outbox schema sql --inbox --dialect ${this.dialect.name}${where}\` prints to your migrations`) +
+          ', or set inbox.ensureSchema: true',
       );
     }
     if (!(await this.hasFingerprint())) {
       throw new OutboxOptionsError(
         'inbox.ensureSchema',
         `the inbox table ${this.names.plain} is at schema version 1 (no fingerprint column), this ` +
-          `version needs ${INBOX_SCHEMA_VERSION}; add createInboxFingerprintMigration() to your ` +
-          'migrations and run them, or set inbox.ensureSchema: true',
+          `version needs ${INBOX_SCHEMA_VERSION}; ` +
+          (typeorm
+            ? 'add createInboxFingerprintMigration() to your migrations and run them'
+            : migrate) +
+          ', or set inbox.ensureSchema: true',
       );
     }
   }

@@ -18,7 +18,7 @@ export async function createOutboxStore(ctx: StoreFactoryContext): Promise<Outbo
         throw new OutboxOptionsError(
           'store.type',
           'the memory store loses every event when the process exits and refuses NODE_ENV=production; ' +
-            "use a durable store ({ type: 'typeorm' } or { type: 'redis' }) or set store.allowInProduction: true",
+            "use a durable store ({ type: 'typeorm' }, { type: 'sql' } or { type: 'redis' }) or set store.allowInProduction: true",
         );
       }
       return new MemoryOutboxStore({ clock: store.clock });

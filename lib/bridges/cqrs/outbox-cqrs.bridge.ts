@@ -151,9 +151,10 @@ export class OutboxCqrsBridge implements OnModuleInit, OutboxedEvents {
           options.backoff === undefined
             ? undefined
             : resolveBackoff(
-                `@OutboxedHandler backoff on ${metatype.name}`,
+                '@OutboxedHandler backoff',
                 options.backoff,
                 resolved.dispatcher.backoff,
+                ` on ${metatype.name}`,
               ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,

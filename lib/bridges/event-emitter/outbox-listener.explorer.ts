@@ -96,9 +96,10 @@ export class OutboxListenerExplorer implements OnModuleInit {
           options.backoff === undefined
             ? undefined
             : resolveBackoff(
-                `@OutboxListener backoff on ${source}`,
+                '@OutboxListener backoff',
                 options.backoff,
                 this.options.dispatcher.backoff,
+                ` on ${source}`,
               ),
         timeoutMs: options.timeoutMs,
         retryIf: options.retryIf,
