@@ -13,6 +13,8 @@ import { DuplicateEventError } from '../../../lib/errors/duplicate-event.error';
 import { AppendableEvent } from '../../../lib/interfaces/outbox-store.interface';
 import { describeWithService } from '../../support/services';
 import { openDataSource, storeFor, uniquePrefix } from './typeorm-test-helpers';
+import type { Pool } from 'mysql2/promise';
+import { mysql2StoreFor, openMysqlPool } from '../sql/mysql2-test-helpers';
 
 function event(over: Partial<AppendableEvent> = {}): AppendableEvent {
   return {
@@ -101,5 +103,50 @@ describeWithService('mariadb', 'append from a REPEATABLE READ snapshot older tha
     expect(stored.map((s) => s.id)).toEqual([news[0].id, e.id, news[1].id]);
     expect(await count('events', [e.id, ...news.map((n) => n.id)])).toBe(3);
     expect(await count('deliveries', [e.id, ...news.map((n) => n.id)])).toBe(3);
+  });
+});
+
+describeWithService('mariadb', 'append from an older snapshot through the mysql2 executor', () => {
+  let pool: Pool;
+  let h: Awaited<ReturnType<typeof mysql2StoreFor>>;
+  beforeAll(async () => {
+    pool = openMysqlPool(4);
+    h = await mysql2StoreFor(pool, uniquePrefix('snapm'));
+  });
+  afterAll(async () => {
+    await h?.drop();
+    await pool?.end();
+  });
+
+  it.each([
+    ['identical content is a no-op', (e: AppendableEvent) => e, 'no-op'],
+    [
+      'different content is a DuplicateEventError',
+      (e: AppendableEvent) => ({ ...e, payload: { v: 2 } }),
+      'duplicate',
+    ],
+  ] as const)('%s', async (_label, change, expected) => {
+    const e = event();
+    const conn = await pool.getConnection();
+    try {
+      await conn.query('START TRANSACTION');
+      await conn.query(`SELECT COUNT(*) FROM ${h.tables.events.text}`);
+      await h.store.append([e]);
+      const outcome = await h.store.append([change(e)], { tx: conn }).then(
+        () => 'no-op',
+        (error: Error) =>
+          error instanceof DuplicateEventError ? 'duplicate' : `${error.name}: ${error.message}`,
+      );
+      expect(outcome).toBe(expected);
+      await conn.query('COMMIT');
+    } finally {
+      await conn.query('ROLLBACK').catch(() => undefined);
+      conn.release();
+    }
+    const [rows] = await pool.query(
+      `SELECT COUNT(*) AS n FROM ${h.tables.events.text} WHERE id = ?`,
+      [e.id],
+    );
+    expect(Number((rows as Array<{ n: number }>)[0].n)).toBe(1);
   });
 });
