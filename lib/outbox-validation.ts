@@ -25,6 +25,14 @@ export function unstorableText(text: string): string | null {
   return null;
 }
 
+/** `an instance of Map`: what kind of object was given instead of a plain one. */
+function describeObject(value: object): string {
+  const name = (value as { constructor?: { name?: unknown } }).constructor?.name;
+  return typeof name === 'string' && name !== '' && name !== 'Object'
+    ? `an instance of ${name}`
+    : 'an object whose prototype is not Object.prototype';
+}
+
 export function isUuid(value: unknown): value is string {
   return typeof value === 'string' && UUID_PATTERN.test(value);
 }
@@ -141,6 +149,15 @@ export function validateEvent(
   if (headers !== undefined && headers !== null) {
     if (typeof headers !== 'object' || Array.isArray(headers)) {
       throw new OutboxValidationError(`${path}.headers`, 'expected an object of string values');
+    }
+    // Only own enumerable fields are read: a Map, a class instance or a Date would be stored as
+    // `{}`, its entries dropped without a word.
+    const proto: unknown = Object.getPrototypeOf(headers);
+    if (proto !== Object.prototype && proto !== null) {
+      throw new OutboxValidationError(
+        `${path}.headers`,
+        `expected a plain object of string values, got ${describeObject(headers)} (for a Map: Object.fromEntries(map))`,
+      );
     }
     const entries = Object.entries(headers);
     if (entries.length > limits.headersMaxCount) {

@@ -80,6 +80,12 @@ export class OutboxService {
     input: OutboxEventInput<T> | OutboxEventInput<T>[],
     options: AppendOptions = {},
   ): Promise<OutboxEvent<T> | OutboxEvent<T>[]> {
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+      throw new OutboxValidationError(
+        'options',
+        'expected an object { manager?, tx?, standalone? } or nothing',
+      );
+    }
     refuseUnknownKeys('options', options, APPEND_OPTION_KEYS, appendOptionError);
     const single = !Array.isArray(input);
     const list = single ? [input] : input;

@@ -104,6 +104,45 @@ describe('OutboxService.append', () => {
   });
 
   it.each([
+    ['a Map', new Map([['tenant', 't1']]), 'an instance of Map'],
+    ['a Date', new Date(), 'an instance of Date'],
+    [
+      'a class instance',
+      new (class Trace {
+        traceparent = '00-abc';
+      })(),
+      'an instance of Trace',
+    ],
+    ['an object inheriting its fields', Object.create({ tenant: 't1' }), 'prototype'],
+  ])(
+    'refuses headers given as %s, whose entries would be dropped, naming the field',
+    async (_label, headers, reason) => {
+      const before = await counts();
+      await expect(
+        t.outbox.append({ type: 'ok', payload: 1, headers: headers as never }),
+      ).rejects.toMatchObject({ field: 'event.headers', reason: expect.stringContaining(reason) });
+      expect(await counts()).toEqual(before);
+    },
+  );
+
+  it('accepts headers as a null-prototype object', async () => {
+    const headers = Object.assign(Object.create(null), { tenant: 't1' });
+    const event = await t.outbox.append({ type: 'ok', payload: 1, headers });
+    expect(event.headers).toEqual({ tenant: 't1' });
+  });
+
+  it.each([null, 'manager', 5, [{}]])(
+    'refuses options %p with a validation error',
+    async (options) => {
+      const before = await counts();
+      await expect(
+        t.outbox.append({ type: 'ok', payload: 1 }, options as never),
+      ).rejects.toMatchObject({ field: 'options' });
+      expect(await counts()).toEqual(before);
+    },
+  );
+
+  it.each([
     ['2026-02-30T00:00:00Z', 'expected a Date or an ISO-8601 string'],
     ['March 7, 2026', 'expected a Date or an ISO-8601 string'],
     ['1', 'expected a Date or an ISO-8601 string'],

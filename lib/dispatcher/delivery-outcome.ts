@@ -3,6 +3,7 @@ import { NonRetryableError } from '../errors/non-retryable.error';
 import { BackoffOptions } from '../interfaces/outbox-module-options.interface';
 import { DeadLetterReason } from '../interfaces/outbox-store.interface';
 import { backoffDelay } from './backoff';
+import { isInstance } from './thrown-value';
 
 /** What the dispatcher tells the store about one finished run. */
 export type DeliveryOutcome =
@@ -36,7 +37,7 @@ export function decideOutcome(run: RunResult, policy: OutcomePolicy): DeliveryOu
     if (policy.isShutdown(run.interruptedBy)) return { kind: 'abandoned' };
   }
   if (!run.failed) return { kind: 'ack' };
-  if (run.failure instanceof NonRetryableError || refused(policy, run.failure)) {
+  if (isInstance(run.failure, NonRetryableError) || refused(policy, run.failure)) {
     return { kind: 'dead', reason: 'rejected' };
   }
   if (policy.attempt >= policy.maxAttempts) return { kind: 'dead', reason: 'exhausted' };

@@ -15,6 +15,7 @@ import { RunResult } from './delivery-outcome';
 import { LeaseKeeper } from './lease-keeper';
 import { RunOutcomes } from './run-outcomes';
 import { RunContext, Slot, SlotOwner } from './run-slot';
+import { isInstance } from './thrown-value';
 
 /** A successful run's result (shared: it carries nothing of its own). */
 const SUCCEEDED: RunResult = { failed: false };
@@ -203,7 +204,7 @@ export class HandlerRuns implements SlotOwner, BatchOwner {
     try {
       const durationMs = performance.now() - run.started;
       const interrupted = run.interruptedBy !== undefined && failure === run.interruptedBy;
-      let named = failed && !interrupted && failure instanceof OutboxBatchError ? failure : null;
+      let named = failed && !interrupted && isInstance(failure, OutboxBatchError) ? failure : null;
       const stranger = named ? nameOutside(named, run) : undefined;
       if (stranger !== undefined) {
         // A name that is no event of the batch (a delivery id, a payload's id): the report is

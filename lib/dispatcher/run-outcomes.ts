@@ -14,6 +14,7 @@ import { decideOutcome, RunResult } from './delivery-outcome';
 import { DispatcherCounters } from './outbox-dispatcher.stats';
 import { OutcomeReporter, PendingAck } from './outcome-reporter';
 import { isKeyed, RunTiming, Slot } from './run-slot';
+import { isInstance, thrownNameAndMessage } from './thrown-value';
 
 /** What the event stream says of a delivery: its ids and names (a `ClaimedDelivery` is one). */
 export interface DeliveryRef {
@@ -203,8 +204,8 @@ export class RunOutcomes {
 
   storeFailed(operation: string, error: unknown): void {
     this.counters.storeErrors++;
-    this.counters.lastStoreError =
-      error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    const { name, message } = thrownNameAndMessage(error);
+    this.counters.lastStoreError = isInstance(error, Error) ? `${name}: ${message}` : message;
     const delay = this.backOff();
     if (this.events.wants('store-error')) {
       this.events.emit({
@@ -236,9 +237,10 @@ export class RunOutcomes {
   private describeError(failure: unknown, attempt: number): DeliveryErrorInput {
     const max = this.options.limits.errorMaxLength;
     // NUL cannot be stored in PostgreSQL text; an error that could not be recorded is worse.
-    const clean = (text: unknown) => String(text ?? '').replaceAll('\u0000', '');
-    const name = clean(failure instanceof Error ? failure.name : typeof failure) || 'Error';
-    const message = clean(failure instanceof Error ? failure.message : safeString(failure));
+    const clean = (text: string) => text.replaceAll('\u0000', '');
+    const described = thrownNameAndMessage(failure);
+    const name = clean(described.name) || 'Error';
+    const message = clean(described.message);
     const stack = stackHead(failure, this.options.errorStacks);
     return {
       name: name.slice(0, 255),
@@ -251,17 +253,7 @@ export class RunOutcomes {
 }
 
 function observedError(error: unknown): ObservedError {
-  return error instanceof Error
-    ? { name: error.name, message: error.message }
-    : { name: typeof error, message: safeString(error) };
-}
-
-function safeString(value: unknown): string {
-  try {
-    return typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
-  } catch {
-    return String(value);
-  }
+  return thrownNameAndMessage(error);
 }
 
 /**
@@ -273,8 +265,13 @@ export function stackHead(
   options: ResolvedOutboxOptions['errorStacks'],
 ): string | undefined {
   const limits = options === undefined ? DEFAULT_ERROR_STACKS : options;
-  if (limits === null || !(failure instanceof Error)) return undefined;
-  const stack: unknown = failure.stack;
+  if (limits === null || !isInstance(failure, Error)) return undefined;
+  let stack: unknown;
+  try {
+    stack = failure.stack;
+  } catch {
+    return undefined;
+  }
   if (typeof stack !== 'string' || stack === '') return undefined;
   return stack.split('\n', limits.lines).join('\n').slice(0, limits.maxLength);
 }

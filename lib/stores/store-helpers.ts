@@ -1,6 +1,47 @@
 import { OutboxValidationError } from '../errors/outbox-validation.error';
 import { OutboxHeaders } from '../interfaces/outbox-event.interface';
-import { DeadLetterFilter, DeadLetterSummaryRow } from '../interfaces/outbox-store.interface';
+import {
+  DeadLetterFilter,
+  DeadLetterSelector,
+  DeadLetterSummaryRow,
+} from '../interfaces/outbox-store.interface';
+
+/** Largest page any store is asked for: bigger numbers would print as `1e+21` in SQL. */
+const PAGE_SIZE_MAX = 2 ** 31 - 1;
+
+/**
+ * The page size of a store's list call, read alike by every store: a whole number from 1 up
+ * (smaller ones read as 1, larger ones as 2³¹−1); a limit that is no number is refused, naming it.
+ */
+export function pageSize(limit: unknown): number {
+  if (typeof limit !== 'number' || Number.isNaN(limit)) {
+    throw new OutboxValidationError(
+      'limit',
+      `expected a number of items per page, got ${String(limit)}`,
+    );
+  }
+  return Math.min(Math.max(1, Math.floor(limit)), PAGE_SIZE_MAX);
+}
+
+/** Refuses a time given to a store call that is not a valid `Date`, naming its field. */
+export function checkStoreDate(value: unknown, field: string): void {
+  if (value === undefined) return;
+  if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
+    throw new OutboxValidationError(field, 'expected a valid Date');
+  }
+}
+
+/** Refuses a dead-letter filter whose times are not valid Dates (`prefix`: `filter.` or ''). */
+export function checkDeadLetterFilter(filter: DeadLetterFilter | undefined, prefix: string): void {
+  checkStoreDate(filter?.failedBefore, `${prefix}failedBefore`);
+  checkStoreDate(filter?.failedAfter, `${prefix}failedAfter`);
+}
+
+/** Refuses a replay whose selector or time no store could read alike. */
+export function checkReplay(selector: DeadLetterSelector, availableAt: unknown): void {
+  checkStoreDate(availableAt, 'availableAt');
+  if (!('ids' in selector)) checkDeadLetterFilter(selector.filter, 'filter.');
+}
 
 /** JSON with object keys sorted, so equal values serialize equally whatever their key order. */
 export function canonicalJson(value: unknown): string {

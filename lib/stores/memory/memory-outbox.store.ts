@@ -39,6 +39,9 @@ import {
   decodeCursor,
   encodeCursor,
   DeadLetterSummary,
+  checkDeadLetterFilter,
+  checkReplay,
+  pageSize,
   sameEventContent,
 } from '../store-helpers';
 
@@ -329,6 +332,8 @@ export class MemoryOutboxStore implements OutboxStore {
   }
 
   async listDeadLetters(query: DeadLetterPageQuery): Promise<DeadLetterPage> {
+    const limit = pageSize(query.limit);
+    checkDeadLetterFilter(query, '');
     const after = query.cursor ? decodeCursor(query.cursor) : null;
     const all = this.deadLetters(query).filter(
       (d) =>
@@ -336,7 +341,7 @@ export class MemoryOutboxStore implements OutboxStore {
         d.doneAt > after.deadAt.getTime() ||
         (d.doneAt === after.deadAt.getTime() && d.id > after.id),
     );
-    const page = all.slice(0, query.limit);
+    const page = all.slice(0, limit);
     const last = page[page.length - 1];
     return {
       items: page.map((d) => this.view(d)),
@@ -353,6 +358,7 @@ export class MemoryOutboxStore implements OutboxStore {
   }
 
   async summarizeDeadLetters(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
+    checkDeadLetterFilter(filter, '');
     const summary = new DeadLetterSummary();
     for (const d of this.deadLetters(filter)) {
       summary.add(this.events.get(d.eventId)!.type, d.handler, d.errors[d.errors.length - 1]);
@@ -371,6 +377,7 @@ export class MemoryOutboxStore implements OutboxStore {
   }
 
   async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    checkReplay(selector, availableAt);
     const selected = this.select(selector);
     const at = availableAt?.getTime() ?? this.ms();
     for (const d of selected) {
@@ -383,6 +390,7 @@ export class MemoryOutboxStore implements OutboxStore {
   }
 
   async purge(selector: DeadLetterSelector): Promise<number> {
+    if (!('ids' in selector)) checkDeadLetterFilter(selector.filter, 'filter.');
     const selected = this.select(selector);
     for (const d of selected) this.deliveries.delete(d.id);
     this.dropOrphans(new Set(selected.map((d) => d.eventId)));
@@ -414,6 +422,7 @@ export class MemoryOutboxStore implements OutboxStore {
   }
 
   async listDeliveries(query: DeliveryPageQuery): Promise<DeliveryPage> {
+    const limit = pageSize(query.limit);
     const now = this.ms();
     const after = query.cursor ? decodeCursor(query.cursor) : null;
     const at = (d: StoredDelivery) => (query.state === 'leased' ? d.leaseUntil : d.availableAt);
@@ -432,7 +441,7 @@ export class MemoryOutboxStore implements OutboxStore {
         return at(d) > t || (at(d) === t && d.id > after.id);
       })
       .sort((a, b) => at(a) - at(b) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const page = all.slice(0, query.limit);
+    const page = all.slice(0, limit);
     const last = page[page.length - 1];
     return {
       items: page.map((d) => this.record(d)),
@@ -456,11 +465,12 @@ export class MemoryOutboxStore implements OutboxStore {
   }
 
   async listEventsByKey(query: EventPageQuery): Promise<EventPage> {
+    const limit = pageSize(query.limit);
     const before = query.cursor ? decodeSeqCursor(query.cursor) : Infinity;
     const all = [...this.events.values()]
       .filter((e) => e.key === query.key && e.seq < before)
       .sort((a, b) => b.seq - a.seq);
-    const page = all.slice(0, query.limit);
+    const page = all.slice(0, limit);
     const last = page[page.length - 1];
     return {
       items: page.map((e) => this.eventRecord(e)),

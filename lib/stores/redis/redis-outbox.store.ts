@@ -37,6 +37,9 @@ import {
   decodeCursor,
   encodeCursor,
   DeadLetterSummary,
+  checkDeadLetterFilter,
+  checkReplay,
+  pageSize,
 } from '../store-helpers';
 import { clientKeyPrefix, quitConnection, RedisClientLike, runScript } from './redis-client';
 import { RedisScriptName } from './redis-scripts';
@@ -383,9 +386,10 @@ export class RedisOutboxStore implements OutboxStore {
   }
 
   async listDeadLetters(query: DeadLetterPageQuery): Promise<DeadLetterPage> {
+    const limit = pageSize(query.limit);
+    checkDeadLetterFilter(query, '');
     const cursor = query.cursor ? decodeCursor(query.cursor) : null;
     const after = cursor ? { score: String(cursor.deadAt.getTime()), id: cursor.id } : null;
-    const limit = Math.max(1, Math.floor(query.limit));
     const [rows, lastS, lastId, exhausted] = (await this.run('deadList', [
       '1',
       ...this.filterArgs(query, after),
@@ -414,6 +418,7 @@ export class RedisOutboxStore implements OutboxStore {
    * most `deadLetterScanLimit`), so neither Redis nor the process holds more than a page at once.
    */
   async summarizeDeadLetters(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
+    checkDeadLetterFilter(filter, '');
     const summary = new DeadLetterSummary();
     let after: { score: string; id: string } | null = null;
     for (;;) {
@@ -463,6 +468,7 @@ export class RedisOutboxStore implements OutboxStore {
   }
 
   async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    checkReplay(selector, availableAt);
     const lead = [availableAt ? availableAt.getTime() : ''];
     if ('ids' in selector) return this.forSelection('replay', selector, lead);
     // Only what was dead when the replay began: a replayed delivery that fails again at once is
@@ -480,7 +486,8 @@ export class RedisOutboxStore implements OutboxStore {
     );
   }
 
-  purge(selector: DeadLetterSelector): Promise<number> {
+  async purge(selector: DeadLetterSelector): Promise<number> {
+    if (!('ids' in selector)) checkDeadLetterFilter(selector.filter, 'filter.');
     return this.forSelection('purge', selector, []);
   }
 

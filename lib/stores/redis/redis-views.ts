@@ -16,6 +16,7 @@ import {
   decodeSeqCursor,
   encodeCursor,
   encodeSeqCursor,
+  pageSize,
 } from '../store-helpers';
 import type { RedisScriptName } from './redis-scripts';
 
@@ -43,7 +44,7 @@ export class RedisViews {
    */
   async listDeliveries(query: DeliveryPageQuery): Promise<DeliveryPage> {
     const cursor = query.cursor ? decodeCursor(query.cursor) : null;
-    const limit = Math.max(1, Math.floor(query.limit));
+    const limit = pageSize(query.limit);
     const handlers =
       query.handler !== undefined ? [query.handler] : [...new Set(query.handlers ?? [])];
     const [rows, lastS, lastId, exhausted] = (await this.run('deliveriesList', [
@@ -82,7 +83,7 @@ export class RedisViews {
 
   async listEventsByKey(query: EventPageQuery): Promise<EventPage> {
     const before = query.cursor ? decodeSeqCursor(query.cursor) : null;
-    const limit = Math.max(1, Math.floor(query.limit));
+    const limit = pageSize(query.limit);
     const rows = (await this.run('eventsByKey', [
       query.key,
       before === null ? '' : String(before),

@@ -177,6 +177,11 @@ export interface SqlDialect {
   /** Row-locking suffix for claim candidates. */
   readonly skipLocked: SqlText;
   /**
+   * Suffix that makes a read see the latest committed rows rather than the transaction's snapshot
+   * (MySQL's REPEATABLE READ: a shared locking read); empty where a new statement already does.
+   */
+  readonly latestRead: SqlText;
+  /**
    * The claim reads each handler's part of the claim index on its own (PostgreSQL: a generic
    * prepared plan; see `ClaimOp.candidatesOf`). Dialects that plan every claim with its values
    * leave it unset.

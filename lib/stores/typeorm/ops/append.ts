@@ -6,7 +6,7 @@ import { UNEXPANDED_HANDLER } from '../../../outbox.constants';
 import { payloadTextOf } from '../../payload-text';
 import { sameEventContent } from '../../store-helpers';
 import { AppendRow, InsertedEvent, Plan } from '../dialects/sql-dialect';
-import { raw, sql } from '../sql';
+import { EMPTY, raw, sql } from '../sql';
 import { OutboxValidationError } from '../../../errors/outbox-validation.error';
 import type { CallerTransaction } from '../../../executors/sql-executor';
 import { CommitWatch } from './commit-watch';
@@ -95,6 +95,8 @@ export class AppendOp {
    * stored events to compare contents; a different content undoes what this call inserted and
    * fails, so the caller's transaction holds nothing of the batch. The read is a plain one: a
    * locking read would take gap locks on MySQL's REPEATABLE READ and make appenders deadlock.
+   * Only ids that exist but that read could not see (committed after the caller's snapshot) are
+   * read again with `latestRead`, a locking read of existing rows there.
    */
   private *appendPlan(batch: AppendableEvent[]): Plan<OutboxEvent[]> {
     const { ctx } = this;
@@ -115,29 +117,79 @@ export class AppendOp {
     }
     const rest = rows.filter((r) => !inserted.has(r.id.toLowerCase()));
     const existing = new Map<string, OutboxEvent>();
+    const compare = (ids: string[], latest: boolean) =>
+      this.compareStored(batch, ids, latest, existing, inserted);
     if (rest.length > 0) {
-      const { rows: found } =
-        yield sql`SELECT ${ctx.eventColumns('e')} FROM ${ctx.E} e WHERE ${d.anyOf(
-          raw('e.id'),
-          rest.map((r) => r.id),
-          'uuid',
-        )}`;
-      for (const r of found) existing.set(String(r.event_id).toLowerCase(), ctx.toEvent(r));
-      const conflict = batch.find((e) => {
-        const stored = existing.get(e.id.toLowerCase());
-        return stored !== undefined && !sameEventContent(stored, e);
-      });
-      if (conflict) {
-        yield* this.undoAppend([...inserted.values()].map((r) => r.seq));
-        throw new DuplicateEventError(conflict.id);
+      yield* compare(
+        rest.map((r) => r.id),
+        false,
+      );
+      const todo = rest.filter((r) => !existing.has(r.id.toLowerCase()));
+      try {
+        yield* insert(todo);
+      } catch (error) {
+        // An id another transaction committed after this one's snapshot was taken (MySQL's
+        // REPEATABLE READ, the default): the plain read above does not see it. Row by row tells
+        // which ids exist; the others are written.
+        if (!d.isUniqueViolation(error)) throw error;
+        for (const row of todo) {
+          if (inserted.has(row.id.toLowerCase())) continue;
+          try {
+            yield* insert([row]);
+          } catch (rowError) {
+            if (!d.isUniqueViolation(rowError)) throw rowError;
+          }
+        }
       }
-      yield* insert(rest.filter((r) => !existing.has(r.id.toLowerCase())));
+      // Ids neither written nor read: committed elsewhere since the read (PostgreSQL's
+      // `ON CONFLICT` skipped them) or outside this transaction's snapshot. Their latest committed
+      // rows are compared (on MySQL a shared locking read, of rows that exist: no gap locks).
+      const unseen = todo.filter((r) => !inserted.has(r.id.toLowerCase()));
+      if (unseen.length > 0) {
+        yield* compare(
+          unseen.map((r) => r.id),
+          true,
+        );
+        const gone = unseen.find((r) => !existing.has(r.id.toLowerCase()));
+        if (gone) {
+          yield* this.undoAppend([...inserted.values()].map((r) => r.seq));
+          throw new Error(
+            `Event ${gone.id} was being written by another transaction while this append ran and could not be read back; nothing of this append was written: try again.`,
+          );
+        }
+      }
     }
     return batch.map((event, i) => {
       const stored = existing.get(event.id.toLowerCase());
       if (stored) return stored;
       return storedEvent(event, rows[i], inserted.get(event.id.toLowerCase())!.availableAt);
     });
+  }
+
+  /**
+   * Reads the stored events of `ids` into `existing` (`latest`: past the transaction's snapshot);
+   * one whose content differs from the batch's undoes what this append inserted and fails.
+   */
+  private *compareStored(
+    batch: AppendableEvent[],
+    ids: string[],
+    latest: boolean,
+    existing: Map<string, OutboxEvent>,
+    inserted: Map<string, InsertedEvent>,
+  ): Plan<void> {
+    const { ctx } = this;
+    const d = ctx.dialect;
+    const { rows: found } =
+      yield sql`SELECT ${ctx.eventColumns('e')} FROM ${ctx.E} e WHERE ${d.anyOf(raw('e.id'), ids, 'uuid')}${latest ? sql` ${d.latestRead}` : EMPTY}`;
+    for (const r of found) existing.set(String(r.event_id).toLowerCase(), ctx.toEvent(r));
+    const conflict = batch.find((e) => {
+      const stored = existing.get(e.id.toLowerCase());
+      return stored !== undefined && !sameEventContent(stored, e);
+    });
+    if (conflict) {
+      yield* this.undoAppend([...inserted.values()].map((r) => r.seq));
+      throw new DuplicateEventError(conflict.id);
+    }
   }
 
   /** Removes events (and their deliveries) this append wrote before it found a conflict. */

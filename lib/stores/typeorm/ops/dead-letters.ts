@@ -9,7 +9,14 @@ import {
   DeadLetterSummaryRow,
 } from '../../../interfaces/outbox-store.interface';
 import { isUuid } from '../../../outbox-validation';
-import { DeadLetterSummary, decodeCursor, encodeCursor } from '../../store-helpers';
+import {
+  checkDeadLetterFilter,
+  checkReplay,
+  DeadLetterSummary,
+  decodeCursor,
+  encodeCursor,
+  pageSize,
+} from '../../store-helpers';
 import { Plan, Row } from '../dialects/sql-dialect';
 import { EMPTY, join, raw, sql, SqlText } from '../sql';
 import { ID_BATCH, parseErrors, StoreContext } from './context';
@@ -24,6 +31,16 @@ import { deleteOrphans } from './maintenance';
 const REPLAY_COLUMNS =
   'id, event_seq, event_type, event_key, handler, status, attempts, available_at, errors, lease_until';
 
+/**
+ * `column = value`; a value holding a NUL matches nothing (no stored type, handler or key holds
+ * one, and PostgreSQL refuses it in a parameter), as on every other store.
+ */
+export function textEquals(column: SqlText, value: string): SqlText {
+  return typeof value === 'string' && value.includes('\u0000')
+    ? raw('1 = 0')
+    : sql`${column} = ${value}`;
+}
+
 /** Dead letters per statement of the summary. */
 const SUMMARY_PAGE = 1000;
 
@@ -36,9 +53,9 @@ export class DeadLetterOps {
     const d = this.ctx.dialect;
     const col = (c: string) => raw(`${a}${c}`);
     const conds = [raw('1 = 1')];
-    if (filter.type !== undefined) conds.push(sql`${col('event_type')} = ${filter.type}`);
-    if (filter.handler !== undefined) conds.push(sql`${col('handler')} = ${filter.handler}`);
-    if (filter.key !== undefined) conds.push(sql`${col('event_key')} = ${filter.key}`);
+    if (filter.type !== undefined) conds.push(textEquals(col('event_type'), filter.type));
+    if (filter.handler !== undefined) conds.push(textEquals(col('handler'), filter.handler));
+    if (filter.key !== undefined) conds.push(textEquals(col('event_key'), filter.key));
     if (filter.failedBefore !== undefined)
       conds.push(sql`${col('dead_at')} < ${d.time(filter.failedBefore)}`);
     if (filter.failedAfter !== undefined)
@@ -81,7 +98,8 @@ export class DeadLetterOps {
   async list(query: DeadLetterPageQuery): Promise<DeadLetterPage> {
     const { ctx } = this;
     const d = ctx.dialect;
-    const limit = Math.max(1, Math.floor(query.limit));
+    const limit = pageSize(query.limit);
+    checkDeadLetterFilter(query, '');
     const after = query.cursor ? decodeCursor(query.cursor) : null;
     if (after && !isUuid(after.id))
       throw new OutboxValidationError('cursor', 'is not a cursor returned by a previous page');
@@ -115,6 +133,7 @@ export class DeadLetterOps {
    * expression no dialect evaluates alike. Memory holds one page and the groups, whatever the count.
    */
   async summarize(filter: DeadLetterFilter): Promise<DeadLetterSummaryRow[]> {
+    checkDeadLetterFilter(filter, '');
     const { ctx } = this;
     const d = ctx.dialect;
     const where = this.deadWhere(filter, 'd.');
@@ -142,6 +161,7 @@ export class DeadLetterOps {
    * order puts it before later events of its key).
    */
   async replay(selector: DeadLetterSelector, availableAt?: Date): Promise<number> {
+    checkReplay(selector, availableAt);
     const where = this.selectorWhere(selector);
     if (!where) return 0;
     const { ctx } = this;
@@ -177,6 +197,7 @@ export class DeadLetterOps {
 
   /** Deletes dead letters (and events nothing refers to any more), `ID_BATCH` at a time. */
   async purge(selector: DeadLetterSelector): Promise<number> {
+    if (!('ids' in selector)) checkDeadLetterFilter(selector.filter, 'filter.');
     const where = this.selectorWhere(selector);
     if (!where) return 0;
     const { ctx } = this;

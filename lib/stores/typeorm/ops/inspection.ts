@@ -16,10 +16,12 @@ import {
   decodeSeqCursor,
   encodeCursor,
   encodeSeqCursor,
+  pageSize,
 } from '../../store-helpers';
 import { Row } from '../dialects/sql-dialect';
 import { EMPTY, join, raw, sql, SqlText } from '../sql';
 import { parseErrors, StoreContext } from './context';
+import { textEquals } from './dead-letters';
 
 /**
  * The admin API's read-only views: open deliveries by state, one event with its deliveries, the
@@ -72,7 +74,7 @@ export class InspectionOps {
   async listDeliveries(query: DeliveryPageQuery): Promise<DeliveryPage> {
     const { ctx } = this;
     const d = ctx.dialect;
-    const limit = Math.max(1, Math.floor(query.limit));
+    const limit = pageSize(query.limit);
     const after = query.cursor ? decodeCursor(query.cursor) : null;
     if (after && !isUuid(after.id))
       throw new OutboxValidationError('cursor', 'is not a cursor returned by a previous page');
@@ -84,8 +86,8 @@ export class InspectionOps {
           ? sql`d.status = 'pending' AND d.attempts > 0`
           : sql`d.status = 'pending' AND d.attempts = 0 AND d.available_at > ${d.now}`,
     ];
-    if (query.type !== undefined) conds.push(sql`d.event_type = ${query.type}`);
-    if (query.handler !== undefined) conds.push(sql`d.handler = ${query.handler}`);
+    if (query.type !== undefined) conds.push(textEquals(raw('d.event_type'), query.type));
+    if (query.handler !== undefined) conds.push(textEquals(raw('d.handler'), query.handler));
     if (after) {
       const t = d.time(after.deadAt);
       conds.push(sql`(${order} > ${t} OR (${order} = ${t} AND d.id > ${after.id}))`);
@@ -146,11 +148,11 @@ export class InspectionOps {
    */
   async listEventsByKey(query: EventPageQuery): Promise<EventPage> {
     const { ctx } = this;
-    const limit = Math.max(1, Math.floor(query.limit));
+    const limit = pageSize(query.limit);
     const before = query.cursor ? decodeSeqCursor(query.cursor) : null;
     const keyset = before === null ? EMPTY : sql` AND e.seq < ${before}`;
     const { rows } = await ctx.one(
-      sql`SELECT e.seq, ${ctx.eventColumns('e')} FROM ${ctx.E} e WHERE e.event_key = ${query.key}${keyset} ORDER BY e.seq DESC LIMIT ${raw(String(limit + 1))}`,
+      sql`SELECT e.seq, ${ctx.eventColumns('e')} FROM ${ctx.E} e WHERE ${textEquals(raw('e.event_key'), query.key)}${keyset} ORDER BY e.seq DESC LIMIT ${raw(String(limit + 1))}`,
     );
     const page = rows.slice(0, limit).map((r) => ({ seq: Number(r.seq), event: ctx.toEvent(r) }));
     const deliveries = await this.deliveriesOf(new Map(page.map((p) => [p.seq, p.event.id])));

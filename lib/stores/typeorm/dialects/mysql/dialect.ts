@@ -82,6 +82,7 @@ export class MysqlDialect extends QueryRunnerDialect implements SqlDialect {
     "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)",
   );
   readonly skipLocked = raw('FOR UPDATE SKIP LOCKED');
+  readonly latestRead = raw('LOCK IN SHARE MODE');
   readonly byId = raw('FORCE INDEX (PRIMARY)');
   readonly updateReturning = false;
   // Stay well below the default max_allowed_packet (16 MiB on MariaDB, 64 MiB on MySQL 8).

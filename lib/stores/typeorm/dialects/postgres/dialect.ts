@@ -33,6 +33,7 @@ export class PostgresDialect extends QueryRunnerDialect implements SqlDialect {
   readonly now = raw("date_trunc('milliseconds', now())");
   readonly nowMs = raw('(floor(extract(epoch from now()) * 1000))::bigint');
   readonly skipLocked = raw('FOR UPDATE SKIP LOCKED');
+  readonly latestRead = EMPTY;
   readonly byId = raw('');
   readonly claimPerHandler = true;
   readonly updateReturning = true;

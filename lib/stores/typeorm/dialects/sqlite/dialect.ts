@@ -54,6 +54,7 @@ export class SqliteDialect extends QueryRunnerDialect implements SqlDialect {
   readonly now = raw("CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)");
   readonly nowMs = this.now;
   readonly skipLocked = raw('');
+  readonly latestRead = EMPTY;
   readonly byId = raw('');
   readonly updateReturning = true;
   readonly maxStatementBytes = 256 * 1024 * 1024;
