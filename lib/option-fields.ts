@@ -74,7 +74,7 @@ function closestKey(key: string, known: readonly string[]): string | undefined {
   let best: string | undefined;
   let bestDistance = Infinity;
   for (const candidate of known) {
-    const distance = levenshtein(key.toLowerCase(), candidate.toLowerCase());
+    const distance = editDistance(key.toLowerCase(), candidate.toLowerCase());
     if (distance < bestDistance) [best, bestDistance] = [candidate, distance];
   }
   // Far-off suggestions mislead more than they help: allow about one edit per three characters,
@@ -90,7 +90,12 @@ function closestKey(key: string, known: readonly string[]): string | undefined {
   return best;
 }
 
-function levenshtein(a: string, b: string): number {
+/**
+ * Edits between two keys, a swap of two neighbouring letters counting as one (`kye` is one edit
+ * from `key`, two from `type`): the optimal string alignment distance.
+ */
+function editDistance(a: string, b: string): number {
+  let beforePrevious: number[] = [];
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const current = [i];
@@ -100,7 +105,10 @@ function levenshtein(a: string, b: string): number {
         current[j - 1] + 1,
         previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1),
       );
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
+        current[j] = Math.min(current[j], beforePrevious[j - 2] + 1);
     }
+    beforePrevious = previous;
     previous = current;
   }
   return previous[b.length];

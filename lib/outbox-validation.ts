@@ -3,6 +3,7 @@ import { OutboxValidationError } from './errors/outbox-validation.error';
 import { OutboxEventInput } from './interfaces/outbox-event.interface';
 import { OutboxLimits } from './interfaces/outbox-module-options.interface';
 import { AppendableEvent } from './interfaces/outbox-store.interface';
+import { OptionKeys, refuseUnknownKeys } from './option-fields';
 import { rememberPayloadText } from './stores/payload-text';
 
 const TYPE_PATTERN = /^[A-Za-z0-9._:-]+$/;
@@ -32,6 +33,28 @@ function describeObject(value: object): string {
     ? `an instance of ${name}`
     : 'an object whose prototype is not Object.prototype';
 }
+
+/**
+ * An event's fields. Another one is refused, not dropped: a misspelt `kye` would append the event
+ * without its key, outside its key's order (docs/guarantees.md, Guarantees 6), without a word.
+ */
+const EVENT_FIELDS = {
+  id: true,
+  type: true,
+  payload: true,
+  key: true,
+  headers: true,
+  occurredAt: true,
+  availableAt: true,
+} satisfies OptionKeys<OutboxEventInput>;
+
+const eventFieldError = (field: string, reason: string) =>
+  new OutboxValidationError(
+    field,
+    reason
+      .replace('not an option; the options here are', 'not an event field; the fields are')
+      .replace('not an option', 'not an event field'),
+  );
 
 export function isUuid(value: unknown): value is string {
   return typeof value === 'string' && UUID_PATTERN.test(value);
@@ -84,6 +107,7 @@ export function validateEvent(
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
     throw new OutboxValidationError(path, 'expected an event object { type, payload, ... }');
   }
+  refuseUnknownKeys(path, input, EVENT_FIELDS, eventFieldError);
   const { id, type, payload, key, headers } = input;
   if (id !== undefined && !isUuid(id)) {
     throw new OutboxValidationError(

@@ -219,4 +219,27 @@ describe('OutboxService.append', () => {
     });
     expect(await counts()).toEqual(before);
   });
+
+  // A misspelt `kye` would otherwise be dropped: the event appended without its key, outside its
+  // key's order, without a word.
+  it('refuses an event field that is not one, naming the closest, and writes nothing', async () => {
+    const before = await counts();
+    const typo = t.outbox.append({ type: 'known.type', payload: {}, kye: 'order-1' } as never);
+    await expect(typo).rejects.toThrow(OutboxValidationError);
+    await expect(typo).rejects.toMatchObject({
+      field: 'event.kye',
+      message: 'Invalid event.kye: not an event field; did you mean event.key?',
+    });
+    await expect(
+      t.outbox.append([
+        { type: 'known.type', payload: 1 },
+        { type: 'known.type', payload: 2, aggregateVersion: 3 } as never,
+      ]),
+    ).rejects.toMatchObject({
+      field: 'events[1].aggregateVersion',
+      message:
+        'Invalid events[1].aggregateVersion: not an event field; the fields are id, type, payload, key, headers, occurredAt, availableAt',
+    });
+    expect(await counts()).toEqual(before);
+  });
 });
