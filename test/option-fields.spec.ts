@@ -124,8 +124,45 @@ describe('unknown option keys', () => {
       InboxModule.forRoot({ dataSource: {}, lockTimeout: 5 } as never),
     ]);
     expect(error).toBeInstanceOf(OutboxOptionsError);
-    expect((error as OutboxOptionsError).field).toBe('inbox.lockTimeout');
-    expect((error as Error).message).toMatch(/did you mean inbox\.lockTimeoutMs\?/);
+    expect((error as OutboxOptionsError).field).toBe('lockTimeout');
+    expect((error as Error).message).toBe(
+      'Invalid InboxModule option "lockTimeout": not an option; did you mean lockTimeoutMs?',
+    );
+  });
+
+  it('InboxModule.forRoot / forRootAsync errors name InboxModule and the field as written', async () => {
+    const typo = await bootError([InboxModule.forRoot({ dataSourceTokn: 'ds' } as never)]);
+    expect(typo).toBeInstanceOf(OutboxOptionsError);
+    expect((typo as Error).message).toBe(
+      'Invalid InboxModule option "dataSourceTokn": not an option; did you mean dataSourceToken?',
+    );
+    const asyncTypo = await bootError([
+      InboxModule.forRootAsync({ useFactory: () => ({ dataSourceTokn: 'ds' }) as never }),
+    ]);
+    expect((asyncTypo as Error).message).toBe((typo as Error).message);
+    const none = await bootError([InboxModule.forRoot({})]);
+    expect((none as OutboxOptionsError).field).toBe('dataSource');
+    expect((none as Error).message).toMatch(
+      /^Invalid InboxModule option "dataSource": .*set dataSource, dataSourceToken or executor/,
+    );
+    const range = await bootError([InboxModule.forRoot({ dataSource: {}, retentionMs: 0 })]);
+    expect((range as Error).message).toBe(
+      'Invalid InboxModule option "retentionMs": expected an integer ≥ 1, got 0',
+    );
+  });
+
+  it('OutboxModule.forRoot({ inbox }) errors keep naming OutboxModule and inbox.<field>', async () => {
+    const error = await bootError([
+      OutboxModule.forRoot({
+        store: { type: 'memory' },
+        dispatcher: { enabled: false },
+        inbox: { dataSourceTokn: 'ds' } as never,
+      }),
+    ]);
+    expect(error).toBeInstanceOf(OutboxOptionsError);
+    expect((error as Error).message).toBe(
+      'Invalid OutboxModule option "inbox.dataSourceTokn": not an option; did you mean inbox.dataSourceToken?',
+    );
   });
 
   it('OutboxAdminModule options and limits', async () => {

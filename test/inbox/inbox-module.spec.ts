@@ -116,7 +116,7 @@ describeWithService(
       class NoDataSourceApp {}
       await expect(
         Test.createTestingModule({ imports: [NoDataSourceApp] }).compile(),
-      ).rejects.toThrow(/inbox\.dataSource/);
+      ).rejects.toThrow(/^Invalid InboxModule option "dataSource"/);
     });
   },
 );
