@@ -117,11 +117,20 @@ export class InboxStore {
 
   private async isCurrent(): Promise<boolean> {
     try {
-      await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
-      return await this.hasFingerprint();
+      return (await this.schemaVersion()) === INBOX_SCHEMA_VERSION;
     } catch {
       return false;
     }
+  }
+
+  /** The table's schema version: `null` when it does not exist, 1 without `fingerprint`, else 2. */
+  async schemaVersion(): Promise<number | null> {
+    try {
+      await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
+    } catch {
+      return null;
+    }
+    return (await this.hasFingerprint()) ? INBOX_SCHEMA_VERSION : 1;
   }
 
   /** Throws `OutboxOptionsError` naming the fix when the inbox table is missing or outdated. */
