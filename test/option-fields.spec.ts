@@ -151,6 +151,39 @@ describe('unknown option keys', () => {
     );
   });
 
+  it("InboxModule's DataSource checked at bootstrap: the error names InboxModule and the option", async () => {
+    @Injectable()
+    class Consumer {
+      @Inbox()
+      handle() {}
+    }
+    const missing = await bootError(
+      [InboxModule.forRoot({ dataSourceToken: 'NoSuchDataSource' })],
+      [Consumer],
+    );
+    expect(missing).toBeInstanceOf(OutboxOptionsError);
+    expect((missing as OutboxOptionsError).field).toBe('dataSourceToken');
+    expect((missing as Error).message).toMatch(
+      /^Invalid InboxModule option "dataSourceToken": @Inbox\(\) on Consumer\.handle: no provider/,
+    );
+    const notOne = await bootError([InboxModule.forRoot({ dataSource: {} })], [Consumer]);
+    expect((notOne as Error).message).toMatch(/^Invalid InboxModule option "dataSource": /);
+    // Given as OutboxModule's inbox, as before.
+    const viaOutbox = await bootError(
+      [
+        OutboxModule.forRoot({
+          store: { type: 'memory' },
+          dispatcher: { enabled: false },
+          inbox: { dataSourceToken: 'NoSuchDataSource' },
+        }),
+      ],
+      [Consumer],
+    );
+    expect((viaOutbox as Error).message).toMatch(
+      /^Invalid OutboxModule option "inbox\.dataSource": @Inbox\(\) on Consumer\.handle: no provider/,
+    );
+  });
+
   it('OutboxModule.forRoot({ inbox }) errors keep naming OutboxModule and inbox.<field>', async () => {
     const error = await bootError([
       OutboxModule.forRoot({

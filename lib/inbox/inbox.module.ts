@@ -21,7 +21,8 @@ import { InboxService } from './inbox.service';
       inject: [INBOX_MODULE_OPTIONS],
       useFactory: (options: unknown) => {
         try {
-          return resolveInboxOptions(options ?? {}, { type: 'memory' }, '');
+          const resolved = resolveInboxOptions(options ?? {}, { type: 'memory' }, '');
+          return resolved && { ...resolved, module: 'InboxModule' as const };
         } catch (error) {
           // The options were given here, not as OutboxModule's `inbox`: say so.
           if (!(error instanceof OutboxOptionsError)) throw error;

@@ -288,23 +288,25 @@ export class InboxService
         this.config.dataSourceToken ??
         (require('typeorm') as typeof import('typeorm')).DataSource;
     }
+    // The module's DataSource given to InboxModule.forRoot: name that module and its option.
+    const refuse = (reason: string) =>
+      dataSource === undefined && this.config?.module === 'InboxModule'
+        ? new OutboxOptionsError(
+            this.config.dataSourceToken !== undefined ? 'dataSourceToken' : 'dataSource',
+            reason,
+            'InboxModule',
+          )
+        : new OutboxOptionsError('inbox.dataSource', reason);
     if (!isDataSource(value)) {
       const token = value;
       try {
         value = this.moduleRef.get(token as string, { strict: false });
       } catch {
-        throw new OutboxOptionsError(
-          'inbox.dataSource',
-          InboxMessages.dataSourceNotFound(where, token),
-        );
+        throw refuse(InboxMessages.dataSourceNotFound(where, token));
       }
-      if (!isDataSource(value)) {
-        throw new OutboxOptionsError('inbox.dataSource', InboxMessages.notADataSource(where));
-      }
+      if (!isDataSource(value)) throw refuse(InboxMessages.notADataSource(where));
     }
-    if (!value.isInitialized) {
-      throw new OutboxOptionsError('inbox.dataSource', InboxMessages.notInitialized(where));
-    }
+    if (!value.isInitialized) throw refuse(InboxMessages.notInitialized(where));
     return value;
   }
 
