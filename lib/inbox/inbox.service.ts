@@ -272,7 +272,7 @@ export class InboxService
     if (this.config?.ensureSchema ?? process.env.NODE_ENV !== 'production') {
       await store.ensureSchema();
     } else {
-      await store.assertSchema();
+      await store.assertSchema(this.config?.module);
     }
     return store;
   }
