@@ -15,7 +15,9 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { AmbientTransactions } from '../ambient-transaction';
-import { OUTBOX_HANDLER_METADATA } from '../outbox.constants';
+import { OUTBOX_HANDLER_METADATA, OUTBOX_STORE } from '../outbox.constants';
+import type { OutboxStore } from '../interfaces/outbox-store.interface';
+import { DeferredOutboxStore } from '../stores/deferred-outbox.store';
 import { OptionKeys, refuseUnknownKeys } from '../option-fields';
 import { isSqlExecutor, SqlExecutor } from '../executors/sql-executor';
 import {
@@ -99,6 +101,8 @@ export class InboxService
     @Optional() private readonly events: OutboxEvents = new OutboxEvents(),
     /** Read by `@Inbox()` to continue traces from message headers (the `tracing` option). */
     @Optional() @Inject(OUTBOX_TRACING) readonly tracing: InboxTracing | null = null,
+    /** OutboxModule's store, opened beside this service's tables at bootstrap. */
+    @Optional() @Inject(OUTBOX_STORE) private readonly outboxStore: OutboxStore | null = null,
   ) {
     this.ambient = new AmbientTransactions(moduleRef);
   }
@@ -117,7 +121,12 @@ export class InboxService
     if (this.config && (this.config.explicit || pending.length > 0)) {
       pending.push(this.storeFor(undefined, 'OutboxModule inbox'));
     }
-    await Promise.all(pending);
+    await Promise.all(pending).catch(async (error: unknown) => {
+      // OutboxModule opens its store at the same time. When both fail, report the outbox's error:
+      // with the inbox table beside the outbox tables it names the command that fixes both.
+      if (this.outboxStore instanceof DeferredOutboxStore) await this.outboxStore.open();
+      throw error;
+    });
   }
 
   onApplicationBootstrap(): void {

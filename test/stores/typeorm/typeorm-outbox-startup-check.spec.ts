@@ -151,6 +151,8 @@ describeWithService('postgres', 'outbox tables are checked at bootstrap', () => 
 
     it('keeps --outbox when the inbox table is elsewhere or created by the app', async () => {
       const prefix = uniquePrefix('onechk');
+      // The inbox table under its own prefix exists: only the outbox tables are missing.
+      await new InboxStore(ds, { tablePrefix: `${prefix}x_` }).ensureSchema();
       const other = await boot(prefix, [Consumer], { tablePrefix: `${prefix}x_` });
       expect(String(other)).toMatch(/schema migrate --outbox --url <database url> --prefix/);
       const own = await boot(prefix, [Consumer], { ensureSchema: true });
