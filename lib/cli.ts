@@ -8,7 +8,12 @@
 import { resolve } from 'node:path';
 import type { DataSource, DataSourceOptions } from 'typeorm';
 import { IDENTIFIER, inboxDialectFor } from './inbox/dialects';
-import { ensureInboxSchema, InboxStore, InboxTableOptions } from './inbox/inbox.store';
+import {
+  ensureInboxSchema,
+  INBOX_SCHEMA_VERSION,
+  InboxStore,
+  InboxTableOptions,
+} from './inbox/inbox.store';
 import { mysql2Executor } from './executors/mysql2-executor';
 import { pgExecutor } from './executors/pg-executor';
 import type { SqlExecutor } from './executors/sql-executor';
@@ -261,16 +266,12 @@ function printSql(
   }
 }
 
-async function inboxPresent(
+/** The inbox table's schema version, `null` when it does not exist. */
+async function inboxVersion(
   dataSource: DataSource | SqlExecutor,
   options: InboxTableOptions,
-): Promise<boolean> {
-  try {
-    await new InboxStore(dataSource, options).assertSchema();
-    return true;
-  } catch {
-    return false;
-  }
+): Promise<number | null> {
+  return new InboxStore(dataSource, options).schemaVersion();
 }
 
 async function migrate(
@@ -295,9 +296,15 @@ async function migrate(
   if (parts.inbox) {
     const options = inboxTableOptions(flags);
     const { plain } = new InboxStore(dataSource, options).names;
-    const existed = await inboxPresent(dataSource, options);
+    const before = await inboxVersion(dataSource, options);
     await ensureInboxSchema(dataSource, options);
-    io.out(existed ? `inbox table ${plain}: already up to date` : `inbox table ${plain} created`);
+    io.out(
+      before === null
+        ? `inbox table ${plain} created`
+        : before === INBOX_SCHEMA_VERSION
+          ? `inbox table ${plain}: already up to date`
+          : `inbox table ${plain} upgraded from schema version ${before} to ${INBOX_SCHEMA_VERSION}`,
+    );
   }
   return 0;
 }
@@ -314,9 +321,10 @@ async function status(
     : null;
   const inboxOptions = parts.inbox ? inboxTableOptions(flags) : null;
   const inboxName = inboxOptions ? new InboxStore(dataSource, inboxOptions).names.plain : '';
-  const inbox = inboxOptions ? await inboxPresent(dataSource, inboxOptions) : null;
+  // `undefined`: not asked (--outbox); `null`: no table.
+  const inbox = inboxOptions ? await inboxVersion(dataSource, inboxOptions) : undefined;
 
-  if (!parts.explicit && outbox?.current === null && inbox === false) {
+  if (!parts.explicit && outbox?.current === null && inbox === null) {
     io.out(
       `outbox tables (expected version ${outbox.expected}) and inbox table ${inboxName} not found; ` +
         'run: nestjs-outbox schema migrate (add --outbox or --inbox to create only one)',
@@ -341,9 +349,14 @@ async function status(
       );
     }
   }
-  if (inbox !== null) {
-    if (inbox) {
+  if (inbox !== undefined) {
+    if (inbox === INBOX_SCHEMA_VERSION) {
       io.out(`inbox table ${inboxName}: up to date`);
+    } else if (inbox !== null) {
+      code = 1;
+      io.out(
+        `inbox table ${inboxName} is at schema version ${inbox} (expected ${INBOX_SCHEMA_VERSION}); run: nestjs-outbox schema migrate --inbox`,
+      );
     } else if (!parts.explicit) {
       io.out(`inbox table ${inboxName} not found: not used here (check it with --inbox)`);
     } else {

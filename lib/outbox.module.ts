@@ -1,5 +1,5 @@
 import { Logger, Module } from '@nestjs/common';
-import { DiscoveryModule, ModuleRef } from '@nestjs/core';
+import { DiscoveryModule, DiscoveryService, ModuleRef } from '@nestjs/core';
 import { OutboxDispatcher } from './dispatcher/outbox.dispatcher';
 import {
   OutboxModuleOptions,
@@ -18,6 +18,7 @@ import { createOutboxStore } from './stores/store.factory';
 import { InboxContext } from './inbox/inbox.context';
 import { InboxService } from './inbox/inbox.service';
 import { INBOX_RESOLVED_OPTIONS } from './inbox/inbox.constants';
+import { inboxAlongsideStore } from './inbox/inbox-alongside';
 import { OUTBOX_TRACING } from './observability/observability.constants';
 import { OutboxEvents } from './observability/outbox-events';
 import { OutboxHealthIndicator } from './observability/outbox-health.indicator';
@@ -41,15 +42,17 @@ import { OutboxListenerExplorer } from './bridges/event-emitter/outbox-listener.
     },
     {
       provide: OUTBOX_STORE,
-      inject: [OUTBOX_RESOLVED_OPTIONS, ModuleRef],
+      inject: [OUTBOX_RESOLVED_OPTIONS, ModuleRef, DiscoveryService],
       useFactory: async (
         options: ResolvedOutboxOptions,
         moduleRef: ModuleRef,
+        discovery: DiscoveryService,
       ): Promise<OutboxStore> => {
         const store = await createOutboxStore({
           options,
           moduleRef,
           logger: new Logger('OutboxStore'),
+          inboxAlongside: () => inboxAlongsideStore(options, discovery),
         });
         await store.init?.();
         return store;

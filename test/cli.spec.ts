@@ -115,6 +115,20 @@ function urlOf(dialect: TestDialect, sqliteFile: string): string {
   }
 }
 
+/** The inbox table as version 1 created it (frozen, as in test/inbox/inbox-schema-upgrade.spec.ts). */
+const INBOX_VERSION_1: Record<TestDialect, (table: string) => string> = {
+  postgres: (t) => `CREATE TABLE ${t} (
+    consumer varchar(255) NOT NULL, message_id varchar(255) NOT NULL,
+    processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, message_id))`,
+  mariadb: (t) => `CREATE TABLE ${t} (
+    consumer VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    processed_at DATETIME(3) NOT NULL, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB`,
+  sqlite: (t) => `CREATE TABLE ${t} (
+    consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at INTEGER NOT NULL,
+    PRIMARY KEY (consumer, message_id))`,
+};
+
 const DIALECTS: Array<[TestDialect, boolean]> = [
   ['sqlite', true],
   ['postgres', serviceUp('postgres')],
@@ -213,6 +227,39 @@ describe.each(DIALECTS.filter(([, up]) => up).map(([d]) => d))(
       expect(inbox.text).toMatch(
         /inbox table \S*inbox not found; run: nestjs-outbox schema migrate --inbox/,
       );
+    });
+
+    it('a version-1 inbox table (no fingerprint): status says so, migrate says it upgraded it', async () => {
+      const prefix = uniquePrefix('cliv1');
+      prefixes.push(prefix);
+      const schema = (...argv: string[]) =>
+        cli('schema', ...argv, '--url', url, '--prefix', prefix);
+      const { table } = new InboxStore(dataSource, { tablePrefix: prefix }).names;
+      await dataSource.query(INBOX_VERSION_1[dialect](table));
+      const now = { postgres: 'now()', mariadb: 'UTC_TIMESTAMP(3)', sqlite: '0' }[dialect];
+      await dataSource.query(
+        `INSERT INTO ${table} (consumer, message_id, processed_at) VALUES ('c', 'old', ${now})`,
+      );
+
+      for (const flags of [['--inbox'], []]) {
+        const status = await schema('status', ...flags);
+        expect(status.code).toBe(1);
+        expect(status.text).toMatch(
+          /^inbox table \S*inbox is at schema version 1 \(expected 2\); run: nestjs-outbox schema migrate --inbox$/m,
+        );
+        expect(status.text).not.toMatch(/inbox not found/);
+      }
+
+      const upgraded = await schema('migrate', '--inbox');
+      expect(upgraded).toMatchObject({ code: 0 });
+      expect(upgraded.text).toMatch(/^inbox table \S*inbox upgraded from schema version 1 to 2$/);
+      expect(upgraded.text).not.toMatch(/created/);
+      await new InboxStore(dataSource, { tablePrefix: prefix }).assertSchema();
+      expect(await dataSource.query(`SELECT message_id FROM ${table}`)).toEqual([
+        { message_id: 'old' },
+      ]);
+      expect((await schema('status', '--inbox')).text).toMatch(/inbox table \S*inbox: up to date/);
+      expect((await schema('migrate', '--inbox')).text).toMatch(/already up to date/);
     });
 
     it("prints the connection's dialect for the inbox with schema sql", async () => {

@@ -124,8 +124,78 @@ describe('unknown option keys', () => {
       InboxModule.forRoot({ dataSource: {}, lockTimeout: 5 } as never),
     ]);
     expect(error).toBeInstanceOf(OutboxOptionsError);
-    expect((error as OutboxOptionsError).field).toBe('inbox.lockTimeout');
-    expect((error as Error).message).toMatch(/did you mean inbox\.lockTimeoutMs\?/);
+    expect((error as OutboxOptionsError).field).toBe('lockTimeout');
+    expect((error as Error).message).toBe(
+      'Invalid InboxModule option "lockTimeout": not an option; did you mean lockTimeoutMs?',
+    );
+  });
+
+  it('InboxModule.forRoot / forRootAsync errors name InboxModule and the field as written', async () => {
+    const typo = await bootError([InboxModule.forRoot({ dataSourceTokn: 'ds' } as never)]);
+    expect(typo).toBeInstanceOf(OutboxOptionsError);
+    expect((typo as Error).message).toBe(
+      'Invalid InboxModule option "dataSourceTokn": not an option; did you mean dataSourceToken?',
+    );
+    const asyncTypo = await bootError([
+      InboxModule.forRootAsync({ useFactory: () => ({ dataSourceTokn: 'ds' }) as never }),
+    ]);
+    expect((asyncTypo as Error).message).toBe((typo as Error).message);
+    const none = await bootError([InboxModule.forRoot({})]);
+    expect((none as OutboxOptionsError).field).toBe('dataSource');
+    expect((none as Error).message).toMatch(
+      /^Invalid InboxModule option "dataSource": .*set dataSource, dataSourceToken or executor/,
+    );
+    const range = await bootError([InboxModule.forRoot({ dataSource: {}, retentionMs: 0 })]);
+    expect((range as Error).message).toBe(
+      'Invalid InboxModule option "retentionMs": expected an integer ≥ 1, got 0',
+    );
+  });
+
+  it("InboxModule's DataSource checked at bootstrap: the error names InboxModule and the option", async () => {
+    @Injectable()
+    class Consumer {
+      @Inbox()
+      handle() {}
+    }
+    const missing = await bootError(
+      [InboxModule.forRoot({ dataSourceToken: 'NoSuchDataSource' })],
+      [Consumer],
+    );
+    expect(missing).toBeInstanceOf(OutboxOptionsError);
+    expect((missing as OutboxOptionsError).field).toBe('dataSourceToken');
+    expect((missing as Error).message).toMatch(
+      /^Invalid InboxModule option "dataSourceToken": @Inbox\(\) on Consumer\.handle: no provider/,
+    );
+    const notOne = await bootError([InboxModule.forRoot({ dataSource: {} })], [Consumer]);
+    expect((notOne as Error).message).toMatch(/^Invalid InboxModule option "dataSource": /);
+    // Given as OutboxModule's inbox, as before.
+    const viaOutbox = await bootError(
+      [
+        OutboxModule.forRoot({
+          store: { type: 'memory' },
+          dispatcher: { enabled: false },
+          inbox: { dataSourceToken: 'NoSuchDataSource' },
+        }),
+      ],
+      [Consumer],
+    );
+    expect((viaOutbox as Error).message).toMatch(
+      /^Invalid OutboxModule option "inbox\.dataSource": @Inbox\(\) on Consumer\.handle: no provider/,
+    );
+  });
+
+  it('OutboxModule.forRoot({ inbox }) errors keep naming OutboxModule and inbox.<field>', async () => {
+    const error = await bootError([
+      OutboxModule.forRoot({
+        store: { type: 'memory' },
+        dispatcher: { enabled: false },
+        inbox: { dataSourceTokn: 'ds' } as never,
+      }),
+    ]);
+    expect(error).toBeInstanceOf(OutboxOptionsError);
+    expect((error as Error).message).toBe(
+      'Invalid OutboxModule option "inbox.dataSourceTokn": not an option; did you mean inbox.dataSourceToken?',
+    );
   });
 
   it('OutboxAdminModule options and limits', async () => {

@@ -55,6 +55,8 @@ export interface OutboxInboxOptions {
 export interface ResolvedInboxOptions {
   /** True when `options.inbox` was given (not only inherited from the TypeORM store). */
   explicit: boolean;
+  /** Set when given to `InboxModule.forRoot`: errors name InboxModule and the option as written. */
+  module?: 'InboxModule';
   dataSource?: unknown;
   dataSourceToken?: InboxDataSourceToken;
   executor?: SqlExecutor;

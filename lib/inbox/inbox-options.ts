@@ -40,7 +40,7 @@ export function isIsolationLevel(value: unknown): value is InboxIsolationLevel {
 }
 
 /**
- * Refuses an executor beside a DataSource (`path` is `inbox` or `@Inbox`): the inbox runs on one
+ * Refuses an executor beside a DataSource (`path` is `inbox`, `@Inbox` or `''` for InboxModule's options): the inbox runs on one
  * client, and which one the app meant cannot be guessed.
  */
 export function refuseExecutorWith(
@@ -57,45 +57,48 @@ export function refuseExecutorWith(
         : null;
   if (!other) return;
   throw error(
-    `${path}.executor`,
+    path === '' ? 'executor' : `${path}.executor`,
     `give executor or ${other}, not both: the inbox runs on one client (executor for node-postgres, Drizzle or Kysely; ${other} for TypeORM)`,
   );
 }
 
 /**
- * Defaults and validation of `options.inbox`. Without it, the inbox follows the TypeORM or SQL
+ * Defaults and validation of `options.inbox` (`path` `inbox`), or of `InboxModule.forRoot`'s options
+ * (`path` `''`: errors name the fields as written there; InboxModule names itself in the message). Without it, the inbox follows the TypeORM or SQL
  * store (same DataSource or executor, same table prefix); with another store and no `inbox`
  * option, `@Inbox()` needs a per-decorator `dataSource` or `executor`. Returns `null` when there is no module-level inbox.
  */
 export function resolveInboxOptions(
   value: unknown,
   store: OutboxStoreOptions,
+  path = 'inbox',
 ): ResolvedInboxOptions | null {
+  const at = (key: string) => (path === '' ? key : `${path}.${key}`);
   if (
     value !== undefined &&
     (typeof value !== 'object' || value === null || Array.isArray(value))
   ) {
-    throw new OutboxOptionsError('inbox', `expected an object, got ${JSON.stringify(value)}`);
+    throw new OutboxOptionsError(
+      path || 'options',
+      `expected an object, got ${JSON.stringify(value)}`,
+    );
   }
   const o = (value ?? {}) as Record<string, unknown>;
-  refuseUnknownKeys('inbox', o, INBOX_KEYS);
+  refuseUnknownKeys(path, o, INBOX_KEYS);
   const fromStore = store.type === 'typeorm' || store.type === 'sql' ? store : undefined;
   if (value === undefined && !fromStore) return null;
 
   if (o.dataSource !== undefined && o.dataSourceToken !== undefined) {
-    throw new OutboxOptionsError(
-      'inbox.dataSource',
-      'give dataSource or dataSourceToken, not both',
-    );
+    throw new OutboxOptionsError(at('dataSource'), 'give dataSource or dataSourceToken, not both');
   }
   if (o.dataSource !== undefined && (typeof o.dataSource !== 'object' || o.dataSource === null)) {
-    throw new OutboxOptionsError('inbox.dataSource', 'expected a TypeORM DataSource instance');
+    throw new OutboxOptionsError(at('dataSource'), 'expected a TypeORM DataSource instance');
   }
   if (o.executor !== undefined) {
-    refuseExecutorWith(o, 'inbox');
+    refuseExecutorWith(o, path);
     if (!isSqlExecutor(o.executor)) {
       throw new OutboxOptionsError(
-        'inbox.executor',
+        at('executor'),
         'expected an executor such as pgExecutor(pool), drizzleExecutor(db) or kyselyExecutor(db)',
       );
     }
@@ -104,13 +107,13 @@ export function resolveInboxOptions(
     o.dataSource !== undefined || o.dataSourceToken !== undefined || o.executor !== undefined;
   if (!explicit && !fromStore) {
     throw new OutboxOptionsError(
-      'inbox.dataSource',
-      "the inbox needs a TypeORM DataSource or an executor: set inbox.dataSource, inbox.dataSourceToken or inbox.executor (only the 'typeorm' and 'sql' stores provide one by default)",
+      at('dataSource'),
+      `the inbox needs a TypeORM DataSource or an executor: set ${at('dataSource')}, ${at('dataSourceToken')} or ${at('executor')} (only the 'typeorm' and 'sql' stores provide one by default)`,
     );
   }
   if (o.isolationLevel !== undefined && !isIsolationLevel(o.isolationLevel)) {
     throw new OutboxOptionsError(
-      'inbox.isolationLevel',
+      at('isolationLevel'),
       `expected one of ${ISOLATION_LEVELS.join(', ')}, got ${JSON.stringify(o.isolationLevel)}`,
     );
   }
@@ -119,16 +122,16 @@ export function resolveInboxOptions(
   const tablePrefix = o.tablePrefix ?? fromStore?.tablePrefix ?? 'outbox_';
   if (typeof tablePrefix !== 'string' || !(tablePrefix === '' || IDENTIFIER.test(tablePrefix))) {
     throw new OutboxOptionsError(
-      'inbox.tablePrefix',
+      at('tablePrefix'),
       'expected up to 48 letters, digits or underscores, not starting with a digit',
     );
   }
   const schema = o.schema ?? (explicit ? undefined : fromStore?.schema);
   if (schema !== undefined && (typeof schema !== 'string' || !IDENTIFIER.test(schema))) {
-    throw new OutboxOptionsError('inbox.schema', 'expected a plain identifier');
+    throw new OutboxOptionsError(at('schema'), 'expected a plain identifier');
   }
   if (o.ensureSchema !== undefined && typeof o.ensureSchema !== 'boolean') {
-    throw new OutboxOptionsError('inbox.ensureSchema', 'expected a boolean');
+    throw new OutboxOptionsError(at('ensureSchema'), 'expected a boolean');
   }
   return {
     explicit: value !== undefined,
@@ -136,12 +139,12 @@ export function resolveInboxOptions(
     dataSourceToken: (explicit ? o.dataSourceToken : typeOrmStore?.dataSourceToken) as
       ResolvedInboxOptions['dataSourceToken'] | undefined,
     executor: (explicit ? o.executor : sqlStore?.executor) as SqlExecutor | undefined,
-    retentionMs: positiveInt('inbox.retentionMs', o.retentionMs, DEFAULT_INBOX_RETENTION_MS, 1),
-    cleanupIntervalMs: positiveInt('inbox.cleanupIntervalMs', o.cleanupIntervalMs, 60_000, 0),
-    cleanupBatchSize: positiveInt('inbox.cleanupBatchSize', o.cleanupBatchSize, 1_000, 1),
+    retentionMs: positiveInt(at('retentionMs'), o.retentionMs, DEFAULT_INBOX_RETENTION_MS, 1),
+    cleanupIntervalMs: positiveInt(at('cleanupIntervalMs'), o.cleanupIntervalMs, 60_000, 0),
+    cleanupBatchSize: positiveInt(at('cleanupBatchSize'), o.cleanupBatchSize, 1_000, 1),
     isolationLevel: o.isolationLevel as InboxIsolationLevel | undefined,
     lockTimeoutMs: positiveInt(
-      'inbox.lockTimeoutMs',
+      at('lockTimeoutMs'),
       o.lockTimeoutMs,
       DEFAULT_LOCK_TIMEOUT_MS,
       1,

@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { INBOX_RESOLVED_OPTIONS } from './inbox.constants';
 import { InboxContext } from './inbox.context';
 import { INBOX_MODULE_OPTIONS, InboxConfigurableModule } from './inbox.module-definition';
@@ -18,7 +19,16 @@ import { InboxService } from './inbox.service';
     {
       provide: INBOX_RESOLVED_OPTIONS,
       inject: [INBOX_MODULE_OPTIONS],
-      useFactory: (options: unknown) => resolveInboxOptions(options ?? {}, { type: 'memory' }),
+      useFactory: (options: unknown) => {
+        try {
+          const resolved = resolveInboxOptions(options ?? {}, { type: 'memory' }, '');
+          return resolved && { ...resolved, module: 'InboxModule' as const };
+        } catch (error) {
+          // The options were given here, not as OutboxModule's `inbox`: say so.
+          if (!(error instanceof OutboxOptionsError)) throw error;
+          throw new OutboxOptionsError(error.field, error.reason, 'InboxModule');
+        }
+      },
     },
     InboxService,
     InboxContext,

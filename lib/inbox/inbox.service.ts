@@ -15,7 +15,9 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { IdempotencyKeyReusedError } from '../errors/idempotency-key-reused.error';
 import { OutboxOptionsError } from '../errors/outbox-options.error';
 import { AmbientTransactions } from '../ambient-transaction';
-import { OUTBOX_HANDLER_METADATA } from '../outbox.constants';
+import { OUTBOX_HANDLER_METADATA, OUTBOX_STORE } from '../outbox.constants';
+import type { OutboxStore } from '../interfaces/outbox-store.interface';
+import { DeferredOutboxStore } from '../stores/deferred-outbox.store';
 import { OptionKeys, refuseUnknownKeys } from '../option-fields';
 import { isSqlExecutor, SqlExecutor } from '../executors/sql-executor';
 import {
@@ -99,6 +101,8 @@ export class InboxService
     @Optional() private readonly events: OutboxEvents = new OutboxEvents(),
     /** Read by `@Inbox()` to continue traces from message headers (the `tracing` option). */
     @Optional() @Inject(OUTBOX_TRACING) readonly tracing: InboxTracing | null = null,
+    /** OutboxModule's store, opened beside this service's tables at bootstrap. */
+    @Optional() @Inject(OUTBOX_STORE) private readonly outboxStore: OutboxStore | null = null,
   ) {
     this.ambient = new AmbientTransactions(moduleRef);
   }
@@ -117,7 +121,12 @@ export class InboxService
     if (this.config && (this.config.explicit || pending.length > 0)) {
       pending.push(this.storeFor(undefined, 'OutboxModule inbox'));
     }
-    await Promise.all(pending);
+    await Promise.all(pending).catch(async (error: unknown) => {
+      // OutboxModule opens its store at the same time. When both fail, report the outbox's error:
+      // with the inbox table beside the outbox tables it names the command that fixes both.
+      if (this.outboxStore instanceof DeferredOutboxStore) await this.outboxStore.open();
+      throw error;
+    });
   }
 
   onApplicationBootstrap(): void {
@@ -272,7 +281,7 @@ export class InboxService
     if (this.config?.ensureSchema ?? process.env.NODE_ENV !== 'production') {
       await store.ensureSchema();
     } else {
-      await store.assertSchema();
+      await store.assertSchema(this.config?.module);
     }
     return store;
   }
@@ -288,23 +297,25 @@ export class InboxService
         this.config.dataSourceToken ??
         (require('typeorm') as typeof import('typeorm')).DataSource;
     }
+    // The module's DataSource given to InboxModule.forRoot: name that module and its option.
+    const refuse = (reason: string) =>
+      dataSource === undefined && this.config?.module === 'InboxModule'
+        ? new OutboxOptionsError(
+            this.config.dataSourceToken !== undefined ? 'dataSourceToken' : 'dataSource',
+            reason,
+            'InboxModule',
+          )
+        : new OutboxOptionsError('inbox.dataSource', reason);
     if (!isDataSource(value)) {
       const token = value;
       try {
         value = this.moduleRef.get(token as string, { strict: false });
       } catch {
-        throw new OutboxOptionsError(
-          'inbox.dataSource',
-          InboxMessages.dataSourceNotFound(where, token),
-        );
+        throw refuse(InboxMessages.dataSourceNotFound(where, token));
       }
-      if (!isDataSource(value)) {
-        throw new OutboxOptionsError('inbox.dataSource', InboxMessages.notADataSource(where));
-      }
+      if (!isDataSource(value)) throw refuse(InboxMessages.notADataSource(where));
     }
-    if (!value.isInitialized) {
-      throw new OutboxOptionsError('inbox.dataSource', InboxMessages.notInitialized(where));
-    }
+    if (!value.isInitialized) throw refuse(InboxMessages.notInitialized(where));
     return value;
   }
 

@@ -117,15 +117,30 @@ export class InboxStore {
 
   private async isCurrent(): Promise<boolean> {
     try {
-      await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
-      return await this.hasFingerprint();
+      return (await this.schemaVersion()) === INBOX_SCHEMA_VERSION;
     } catch {
       return false;
     }
   }
 
-  /** Throws `OutboxOptionsError` naming the fix when the inbox table is missing or outdated. */
-  async assertSchema(): Promise<void> {
+  /** The table's schema version: `null` when it does not exist, 1 without `fingerprint`, else 2. */
+  async schemaVersion(): Promise<number | null> {
+    try {
+      await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
+    } catch {
+      return null;
+    }
+    return (await this.hasFingerprint()) ? INBOX_SCHEMA_VERSION : 1;
+  }
+
+  /**
+   * Throws `OutboxOptionsError` naming the fix when the inbox table is missing or outdated;
+   * `module` is where the app set `ensureSchema` (`inbox.ensureSchema` of OutboxModule, or
+   * InboxModule's own).
+   */
+  async assertSchema(module: 'OutboxModule' | 'InboxModule' = 'OutboxModule'): Promise<void> {
+    const field = module === 'InboxModule' ? 'ensureSchema' : 'inbox.ensureSchema';
+    const refuse = (reason: string) => new OutboxOptionsError(field, reason, module);
     // Outside TypeORM there are no migration classes to add: the CLI (or its DDL) is the fix.
     const typeorm = this.executor instanceof TypeOrmExecutor;
     const { tablePrefix = 'outbox_', schema } = this.tableOptions;
@@ -136,24 +151,22 @@ export class InboxStore {
     try {
       await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
     } catch {
-      throw new OutboxOptionsError(
-        'inbox.ensureSchema',
+      throw refuse(
         `the inbox table ${this.names.plain} does not exist; ` +
           (typeorm
             ? 'add createInboxMigration() and createInboxFingerprintMigration() to your migrations and run them'
             : `${migrate}, or add the DDL that \`npx nestjs-outbox schema sql --inbox --dialect ${this.dialect.name}${where}\` prints to your migrations`) +
-          ', or set inbox.ensureSchema: true',
+          `, or set ${field}: true`,
       );
     }
     if (!(await this.hasFingerprint())) {
-      throw new OutboxOptionsError(
-        'inbox.ensureSchema',
+      throw refuse(
         `the inbox table ${this.names.plain} is at schema version 1 (no fingerprint column), this ` +
           `version needs ${INBOX_SCHEMA_VERSION}; ` +
           (typeorm
             ? 'add createInboxFingerprintMigration() to your migrations and run them'
             : migrate) +
-          ', or set inbox.ensureSchema: true',
+          `, or set ${field}: true`,
       );
     }
   }

@@ -11,4 +11,9 @@ export interface StoreFactoryContext {
   options: ResolvedOutboxOptions;
   moduleRef: ModuleRef;
   logger: Logger;
+  /**
+   * Whether the module's inbox table is beside the outbox tables and must be migrated with them
+   * (`inboxAlongsideStore`): the schema check then names the command that migrates both.
+   */
+  inboxAlongside?: () => boolean;
 }

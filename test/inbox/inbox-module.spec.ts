@@ -111,12 +111,34 @@ describeWithService(
       }
     });
 
+    it('ensureSchema: false and no table: the error names InboxModule and ensureSchema', async () => {
+      const missing = uniquePrefix('inboxmodnone');
+      @Module({
+        imports: [InboxModule.forRoot({ dataSource, tablePrefix: missing, ensureSchema: false })],
+        controllers: [ConsumeController],
+      })
+      class NoTableApp {}
+      const moduleRef = await Test.createTestingModule({ imports: [NoTableApp] }).compile();
+      const app = moduleRef.createNestApplication({ logger: false });
+      const error = await app.init().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      await app.close().catch(() => undefined);
+      expect((error as Error).message).toMatch(
+        new RegExp(
+          `^Invalid InboxModule option "ensureSchema": the inbox table ${missing}inbox does not exist; ` +
+            '.*createInboxMigration\\(\\).*, or set ensureSchema: true$',
+        ),
+      );
+    });
+
     it('refuses options without a DataSource, naming the field', async () => {
       @Module({ imports: [InboxModule.forRoot({})], controllers: [ConsumeController] })
       class NoDataSourceApp {}
       await expect(
         Test.createTestingModule({ imports: [NoDataSourceApp] }).compile(),
-      ).rejects.toThrow(/inbox\.dataSource/);
+      ).rejects.toThrow(/^Invalid InboxModule option "dataSource"/);
     });
   },
 );

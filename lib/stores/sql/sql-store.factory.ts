@@ -26,6 +26,7 @@ export async function createSqlOutboxStore(
     preparedStatements: options.preparedStatements,
     errorMaxLength: ctx.options.limits?.errorMaxLength,
     onWakeupError: (error) => ctx.logger.warn(OutboxMessages.wakeupFailed(error)),
+    inboxAlongside: ctx.inboxAlongside,
   });
   await store.init();
   return store;

@@ -110,20 +110,28 @@ export class SqlOutboxStore implements OutboxStore {
       status.current === null
         ? `the outbox tables (${prefix}events, ${prefix}deliveries, …) do not exist`
         : `the outbox tables are at schema version ${status.current}, this release needs ${status.expected}`;
+    // The app's inbox table beside them is checked next: one command migrates both.
+    const withInbox = this.options.inboxAlongside?.() ?? false;
+    const command =
+      `\`npx nestjs-outbox schema migrate${withInbox ? '' : ' --outbox'} --url <database url>` +
+      `${prefix === 'outbox_' ? '' : ` --prefix ${prefix}`}\`` +
+      (withInbox ? ' (the outbox tables and the inbox table of @Inbox())' : '');
     if (!(this.executor instanceof TypeOrmExecutor)) {
       throw new OutboxOptionsError(
         'store.ensureSchema',
-        `${found}. Run \`npx nestjs-outbox schema migrate --outbox --url <database url>\`` +
-          `${prefix === 'outbox_' ? '' : ` --prefix ${prefix}`}, or add the DDL that ` +
-          `\`npx nestjs-outbox schema sql --outbox --dialect ${this.ctx.dialect.name}\` prints to your migrations, ` +
+        `${found}. Run ${command}, or add the DDL that ` +
+          `\`npx nestjs-outbox schema sql${withInbox ? '' : ' --outbox'} --dialect ${this.ctx.dialect.name}\` prints to your migrations, ` +
           'or set ensureSchema: true to let the app create them.',
       );
     }
     throw new OutboxOptionsError(
       'store.ensureSchema',
-      `${found}. Run \`npx nestjs-outbox schema migrate --outbox --url <database url>\`` +
-        `${prefix === 'outbox_' ? '' : ` --prefix ${prefix}`}, or add the migrations (NestjsOutboxSchema1780000000000, ` +
-        'NestjsOutboxSchema1781000000000 and NestjsOutboxSchema1782000000000, or createOutboxMigration for your prefix) to your DataSource, ' +
+      `${found}. Run ${command}, or add the migrations (NestjsOutboxSchema1780000000000, ` +
+        'NestjsOutboxSchema1781000000000 and NestjsOutboxSchema1782000000000, or createOutboxMigration for your prefix' +
+        (withInbox
+          ? '; for the inbox table createInboxMigration() and createInboxFingerprintMigration()'
+          : '') +
+        ') to your DataSource, ' +
         'or set ensureSchema: true to let the app create them.' +
         (status.current === null
           ? ' An app that only consumes messages (@Inbox()) needs no outbox tables: import ' +

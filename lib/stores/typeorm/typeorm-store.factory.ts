@@ -34,6 +34,7 @@ export async function createTypeOrmOutboxStore(
     preparedStatements: options.preparedStatements,
     errorMaxLength: ctx.options.limits?.errorMaxLength,
     onWakeupError: (error) => ctx.logger.warn(OutboxMessages.wakeupFailed(error)),
+    inboxAlongside: ctx.inboxAlongside,
   });
   await store.init();
   return store;

@@ -66,13 +66,13 @@ describe('inbox executor options', () => {
     })
     class MixedInbox {}
     expect(await bootstrapError(MixedInbox)).toMatchObject({
-      field: 'inbox.executor',
+      field: 'executor',
       message: expect.stringMatching(/executor or dataSourceToken, not both/),
     });
     @Module({ imports: [InboxModule.forRoot({ executor: new Pool() as never })] })
     class PoolGiven {}
     expect(await bootstrapError(PoolGiven)).toMatchObject({
-      field: 'inbox.executor',
+      field: 'executor',
       message: expect.stringMatching(/expected an executor such as pgExecutor\(pool\)/),
     });
   });

@@ -19,6 +19,11 @@ export interface TypeOrmOutboxStoreOptions extends OutboxTableOptions {
   preparedStatements?: boolean;
   /** Called when a wake-up NOTIFY or the LISTEN connection fails (logged by the module). */
   onWakeupError?: (error: unknown) => void;
+  /**
+   * With `ensureSchema: false`: whether the app's inbox table is beside these tables (asked only
+   * when the check fails), so the error names the command that migrates both.
+   */
+  inboxAlongside?: () => boolean;
 }
 
 /** Ids bound in one statement by bulk operations (replay, purge, cleanup, undo). */
