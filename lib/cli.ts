@@ -52,7 +52,8 @@ Options:
   --prefix <prefix>      table prefix of both (default outbox_: outbox_events, outbox_inbox, …)
   --schema <schema>      PostgreSQL schema
   --upgrade              with "schema sql": the steps that bring outbox tables of an earlier
-                         version (see "schema status") to this one, instead of creating them
+                         version (see "schema status") to this one, instead of creating them;
+                         with --inbox, the step that brings a version-1 inbox table to version 2
 `;
 
 const VALUE_FLAGS = new Set(['dialect', 'data-source', 'url', 'prefix', 'schema']);
@@ -235,7 +236,8 @@ function inboxTableOptions(flags: Record<string, string>): InboxTableOptions {
  * the two spell their NO PAD binary collation differently. The outbox part ends by recording the
  * schema version, as `schema migrate` does, so a store with `ensureSchema: false` accepts the
  * tables. `upgrade`: what `schema migrate` runs on tables of an earlier version (missing tables
- * and indexes, then each upgrade step); the inbox table has one version, so it is left out.
+ * and indexes, then each upgrade step). The inbox's one upgrade step (version 1 to 2, a column) is
+ * not idempotent on every dialect, so it is printed only when asked for by name (`--inbox`).
  */
 function printSql(
   io: CliIo,
@@ -255,6 +257,14 @@ function printSql(
     for (const statement of ddl.create) io.out(`${statement};`);
     if (upgrade) for (const statement of ddl.upgrade) io.out(`${statement};`);
     io.out(`${ddl.record(OUTBOX_SCHEMA_VERSION)};`);
+  }
+  if (parts.inbox && upgrade && parts.explicit) {
+    const dialect = inboxDialectFor(name, '--dialect');
+    const { tablePrefix = 'outbox_', schema } = inboxTableOptions(flags);
+    io.out(
+      `-- inbox table (@Inbox()): upgrade from version 1 (no fingerprint column; see "schema status") to version ${INBOX_SCHEMA_VERSION}`,
+    );
+    io.out(`${dialect.addFingerprint(dialect.tableNames(tablePrefix, schema))};`);
   }
   if (parts.inbox && !upgrade) {
     const dialect = inboxDialectFor(name, '--dialect');
@@ -394,12 +404,6 @@ export async function runCli(
   if (upgrade && command !== 'sql') {
     io.err(
       `nestjs-outbox: --upgrade is for "schema sql" ("schema migrate" upgrades on its own)\n\n${USAGE}`,
-    );
-    return 2;
-  }
-  if (upgrade && parts.explicit && !parts.outbox) {
-    io.err(
-      'nestjs-outbox: --upgrade concerns the outbox tables; the inbox table has no earlier version',
     );
     return 2;
   }

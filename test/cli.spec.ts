@@ -229,6 +229,42 @@ describe.each(DIALECTS.filter(([, up]) => up).map(([d]) => d))(
       );
     });
 
+    it('schema sql --inbox --upgrade prints the step that brings a version-1 inbox table to 2', async () => {
+      const prefix = uniquePrefix('cliv1sql');
+      prefixes.push(prefix);
+      const { table } = new InboxStore(dataSource, { tablePrefix: prefix }).names;
+      await dataSource.query(INBOX_VERSION_1[dialect](table));
+      const now = { postgres: 'now()', mariadb: 'UTC_TIMESTAMP(3)', sqlite: '0' }[dialect];
+      await dataSource.query(
+        `INSERT INTO ${table} (consumer, message_id, processed_at) VALUES ('c', 'old', ${now})`,
+      );
+      const printed = await cli(
+        'schema',
+        'sql',
+        '--dialect',
+        dialect,
+        '--prefix',
+        prefix,
+        '--inbox',
+        '--upgrade',
+      );
+      expect(printed.code).toBe(0);
+      expect(printed.text).toMatch(/^-- inbox table \(@Inbox\(\)\): upgrade from version 1 /m);
+      expect(printed.text).not.toMatch(/CREATE TABLE|outbox tables/);
+      const statements = printed.text
+        .split(/;\s*$/m)
+        .map((q) => q.replace(/^--.*$/gm, '').trim())
+        .filter(Boolean);
+      expect(statements).toHaveLength(1);
+      await dataSource.query(statements[0]);
+      await new InboxStore(dataSource, { tablePrefix: prefix }).assertSchema();
+      expect(await dataSource.query(`SELECT message_id FROM ${table}`)).toEqual([
+        { message_id: 'old' },
+      ]);
+      const status = await cli('schema', 'status', '--inbox', '--url', url, '--prefix', prefix);
+      expect(status.text).toMatch(/inbox table \S*inbox: up to date/);
+    });
+
     it('a version-1 inbox table (no fingerprint): status says so, migrate says it upgraded it', async () => {
       const prefix = uniquePrefix('cliv1');
       prefixes.push(prefix);
