@@ -13,6 +13,7 @@ import {
   uniquePrefix,
 } from './stores/typeorm/typeorm-test-helpers';
 import { TS_REGISTER } from './support/child-process';
+import { INBOX_VERSION_1 } from './inbox/inbox-test-helpers';
 
 function capture() {
   const lines: string[] = [];
@@ -114,20 +115,6 @@ function urlOf(dialect: TestDialect, sqliteFile: string): string {
       return `sqlite:${sqliteFile}`;
   }
 }
-
-/** The inbox table as version 1 created it (frozen, as in test/inbox/inbox-schema-upgrade.spec.ts). */
-const INBOX_VERSION_1: Record<TestDialect, (table: string) => string> = {
-  postgres: (t) => `CREATE TABLE ${t} (
-    consumer varchar(255) NOT NULL, message_id varchar(255) NOT NULL,
-    processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, message_id))`,
-  mariadb: (t) => `CREATE TABLE ${t} (
-    consumer VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    processed_at DATETIME(3) NOT NULL, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB`,
-  sqlite: (t) => `CREATE TABLE ${t} (
-    consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at INTEGER NOT NULL,
-    PRIMARY KEY (consumer, message_id))`,
-};
 
 const DIALECTS: Array<[TestDialect, boolean]> = [
   ['sqlite', true],

@@ -3,25 +3,12 @@ import { createInboxFingerprintMigration, createInboxMigration } from 'nestjs-ou
 import { InboxStore } from '../../lib/inbox/inbox.store';
 import { describeWithService } from '../support/services';
 import {
+  INBOX_VERSION_1,
   InboxTestDialect,
   inboxTable,
   openInboxDataSource,
   uniquePrefix,
 } from './inbox-test-helpers';
-
-/** The inbox table as version 1 (before the fingerprint column) created it. */
-const VERSION_1: Record<InboxTestDialect, (table: string) => string> = {
-  postgres: (t) => `CREATE TABLE ${t} (
-    consumer varchar(255) NOT NULL, message_id varchar(255) NOT NULL,
-    processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, message_id))`,
-  mariadb: (t) => `CREATE TABLE ${t} (
-    consumer VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    processed_at DATETIME(3) NOT NULL, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB`,
-  sqlite: (t) => `CREATE TABLE ${t} (
-    consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at INTEGER NOT NULL,
-    PRIMARY KEY (consumer, message_id))`,
-};
 
 function upgradeSemantics(dialect: InboxTestDialect) {
   let dataSource: DataSource;
@@ -36,7 +23,7 @@ function upgradeSemantics(dialect: InboxTestDialect) {
   beforeEach(async () => {
     prefix = uniquePrefix('inboxv1');
     table = inboxTable(dataSource, prefix);
-    await dataSource.query(VERSION_1[dialect](table.table));
+    await dataSource.query(INBOX_VERSION_1[dialect](table.table));
     const now = dialect === 'postgres' ? 'now()' : dialect === 'mariadb' ? 'UTC_TIMESTAMP(3)' : '0';
     await dataSource.query(
       `INSERT INTO ${table.table} (consumer, message_id, processed_at) VALUES ('c', 'old', ${now})`,

@@ -5,6 +5,20 @@ export { uniquePrefix } from '../stores/typeorm/typeorm-test-helpers';
 
 export type InboxTestDialect = 'postgres' | 'mariadb' | 'sqlite';
 
+/** The inbox table as version 1 (before the fingerprint column) created it: frozen DDL. */
+export const INBOX_VERSION_1: Record<InboxTestDialect, (table: string) => string> = {
+  postgres: (t) => `CREATE TABLE ${t} (
+    consumer varchar(255) NOT NULL, message_id varchar(255) NOT NULL,
+    processed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (consumer, message_id))`,
+  mariadb: (t) => `CREATE TABLE ${t} (
+    consumer VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    processed_at DATETIME(3) NOT NULL, PRIMARY KEY (consumer, message_id)) ENGINE=InnoDB`,
+  sqlite: (t) => `CREATE TABLE ${t} (
+    consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at INTEGER NOT NULL,
+    PRIMARY KEY (consumer, message_id))`,
+};
+
 /** Room for 20 concurrent inbox transactions plus the test's own queries. */
 const POOL: Record<InboxTestDialect, Record<string, unknown>> = {
   postgres: { max: 30 },
