@@ -44,12 +44,23 @@ function usesModuleInbox(discovery: DiscoveryService): boolean {
           ? metatype.prototype
           : undefined;
     if (!prototype || typeof prototype !== 'object') continue;
-    for (const name of scanner.getAllMethodNames(prototype)) {
-      const method = (prototype as Record<string, unknown>)[name];
-      if (typeof method !== 'function') continue;
-      const own = reflector.get<InboxOptions | undefined>(INBOX_METADATA, method);
-      if (own && own.dataSource === undefined && own.executor === undefined) return true;
+    for (const { options } of inboxMethodsOf(prototype, scanner, reflector)) {
+      if (options.dataSource === undefined && options.executor === undefined) return true;
     }
   }
   return false;
+}
+
+/** The `@Inbox()` methods of a class prototype, with their options. */
+export function* inboxMethodsOf(
+  prototype: object,
+  scanner: MetadataScanner,
+  reflector: Reflector,
+): Generator<{ name: string; method: object; options: InboxOptions }> {
+  for (const name of scanner.getAllMethodNames(prototype)) {
+    const method: unknown = (prototype as Record<string, unknown>)[name];
+    if (typeof method !== 'function') continue;
+    const options = reflector.get<InboxOptions | undefined>(INBOX_METADATA, method);
+    if (options) yield { name, method, options };
+  }
 }

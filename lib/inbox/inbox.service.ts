@@ -18,12 +18,12 @@ import { AmbientTransactions } from '../ambient-transaction';
 import { OUTBOX_HANDLER_METADATA, OUTBOX_STORE } from '../outbox.constants';
 import type { OutboxStore } from '../interfaces/outbox-store.interface';
 import { DeferredOutboxStore } from '../stores/deferred-outbox.store';
+import { inboxMethodsOf } from './inbox-alongside';
 import { OptionKeys, refuseUnknownKeys } from '../option-fields';
 import { isSqlExecutor, SqlExecutor } from '../executors/sql-executor';
 import {
   INBOX_CLEANUP_INTERVAL,
   INBOX_MANAGER_PARAMS_METADATA,
-  INBOX_METADATA,
   INBOX_RESOLVED_OPTIONS,
   INBOX_TX_PARAMS_METADATA,
 } from './inbox.constants';
@@ -324,10 +324,12 @@ export class InboxService
     if (!instance || typeof instance !== 'object') return;
     const prototype = Object.getPrototypeOf(instance);
     if (!prototype) return;
-    for (const name of this.scanner.getAllMethodNames(prototype)) {
-      const method = prototype[name];
-      const options = this.reflector.get<InboxOptions | undefined>(INBOX_METADATA, method);
-      if (options) yield { where: `${instance.constructor.name}.${name}`, method, options };
+    for (const { name, method, options } of inboxMethodsOf(
+      prototype,
+      this.scanner,
+      this.reflector,
+    )) {
+      yield { where: `${instance.constructor.name}.${name}`, method, options };
     }
   }
 

@@ -148,9 +148,8 @@ export class InboxStore {
       (tablePrefix === 'outbox_' ? '' : ` --prefix ${tablePrefix}`) +
       (schema === undefined ? '' : ` --schema ${schema}`);
     const migrate = `run \`npx nestjs-outbox schema migrate --inbox --url <database url>${where}\``;
-    try {
-      await run(this.executor, `SELECT 1 FROM ${this.names.table} WHERE 1 = 0`);
-    } catch {
+    const version = await this.schemaVersion();
+    if (version === null) {
       throw refuse(
         `the inbox table ${this.names.plain} does not exist; ` +
           (typeorm
@@ -159,7 +158,7 @@ export class InboxStore {
           `, or set ${field}: true`,
       );
     }
-    if (!(await this.hasFingerprint())) {
+    if (version < INBOX_SCHEMA_VERSION) {
       throw refuse(
         `the inbox table ${this.names.plain} is at schema version 1 (no fingerprint column), this ` +
           `version needs ${INBOX_SCHEMA_VERSION}; ` +
