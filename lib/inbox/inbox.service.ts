@@ -123,8 +123,9 @@ export class InboxService
     }
     await Promise.all(pending).catch(async (error: unknown) => {
       // OutboxModule opens its store at the same time. When both fail, report the outbox's error:
-      // with the inbox table beside the outbox tables it names the command that fixes both.
-      if (this.outboxStore instanceof DeferredOutboxStore) await this.outboxStore.open();
+      // with the inbox table beside the outbox tables it names the command that fixes both. Only
+      // an attempt already made is awaited: a failed one is not made again here.
+      if (this.outboxStore instanceof DeferredOutboxStore) await this.outboxStore.lastAttempt();
       throw error;
     });
   }

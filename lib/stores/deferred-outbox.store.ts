@@ -35,7 +35,7 @@ export class DeferredOutboxStore implements OutboxStore {
 
   /** Builds (once) and returns the real store; a failure is thrown and retried on the next call. */
   open(): Promise<OutboxStore> {
-    this.opening ??= this.create().then(
+    this.opening ??= this.attempt = this.create().then(
       (store) => (this.opened = store),
       (error: unknown) => {
         this.opening = null;
@@ -44,6 +44,13 @@ export class DeferredOutboxStore implements OutboxStore {
     );
     return this.opening;
   }
+
+  /** The latest attempt to open (pending, done or failed), without starting one; `null` before any. */
+  lastAttempt(): Promise<OutboxStore> | null {
+    return this.attempt;
+  }
+
+  private attempt: Promise<OutboxStore> | null = null;
 
   async append(events: AppendableEvent[], options?: StoreAppendOptions): Promise<OutboxEvent[]> {
     return (this.opened ?? (await this.open())).append(events, options);
